@@ -1,0 +1,3 @@
+"""PrivBench attacks."""
+
+PRIVBENCH_PACKAGE = True

@@ -1,0 +1,161 @@
+"""Image sets, splits and the dataset interface."""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+import torch
+
+from bench.errors import BenchError
+
+
+@dataclass
+class ImageSet:
+    """Images of one split with their labels.
+
+    Attributes:
+        images: uint8 tensor [N, C, H, W] on the CPU.
+        labels: int64 tensor [N]: identity (faces, persons) or class.
+        attrs: Attribute name -> int64 tensor [N]; -1 marks a missing label.
+        attr_names: Attribute name -> names of its values (index = value).
+        boxes: One float32 tensor [k_i, 4] of (x1, y1, x2, y2) pixel boxes per image, or None
+            when the dataset has no boxes.
+        cams: int64 tensor [N] of camera ids, or None.
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    attrs: dict[str, torch.Tensor] = field(default_factory=dict)
+    attr_names: dict[str, list[str]] = field(default_factory=dict)
+    boxes: list[torch.Tensor] | None = None
+    cams: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        n = self.images.shape[0]
+        if self.images.dtype != torch.uint8 or self.images.dim() != 4:
+            raise ValueError("ImageSet.images must be a uint8 tensor [N, C, H, W]")
+        if self.labels.shape != (n,):
+            raise ValueError("ImageSet.labels must have shape [N]")
+        for name, values in self.attrs.items():
+            if values.shape != (n,):
+                raise ValueError(f"attribute {name!r} must have shape [N]")
+        if self.boxes is not None and len(self.boxes) != n:
+            raise ValueError("ImageSet.boxes must hold one tensor per image")
+        if self.cams is not None and self.cams.shape != (n,):
+            raise ValueError("ImageSet.cams must have shape [N]")
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    def subset(self, index: torch.Tensor | slice) -> "ImageSet":
+        """Returns the images selected by a slice, an index tensor or a boolean mask."""
+        if isinstance(index, torch.Tensor) and index.dtype == torch.bool:
+            index = index.nonzero().flatten()
+        boxes = None
+        if self.boxes is not None:
+            picked = range(len(self))[index] if isinstance(index, slice) else index.tolist()
+            boxes = [self.boxes[i] for i in picked]
+        return ImageSet(
+            images=self.images[index],
+            labels=self.labels[index],
+            attrs={k: v[index] for k, v in self.attrs.items()},
+            attr_names=self.attr_names,
+            boxes=boxes,
+            cams=None if self.cams is None else self.cams[index],
+        )
+
+    def with_images(self, images: torch.Tensor) -> "ImageSet":
+        """Returns a copy carrying other images (same labels): a released split."""
+        if images.shape != self.images.shape:
+            raise ValueError(f"released images have shape {tuple(images.shape)}, expected {tuple(self.images.shape)}")
+        return replace(self, images=images)
+
+
+@dataclass
+class Splits:
+    """The splits of one dataset.
+
+    Attributes:
+        dataset: Registered dataset name.
+        sets: Split name -> images ("train", "val", "test"; "query", "gallery" for reID).
+        fingerprint: Content hash of the data and the options it was loaded with.
+        synthetic: Whether the data is a synthetic stand-in.
+        info: Free-form facts for reports (sizes, source, options).
+    """
+
+    dataset: str
+    sets: dict[str, ImageSet]
+    fingerprint: str
+    synthetic: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, split: str) -> ImageSet:
+        try:
+            return self.sets[split]
+        except KeyError:
+            raise KeyError(f"dataset {self.dataset!r} has no split {split!r} (has {', '.join(self.sets)})") from None
+
+    def __contains__(self, split: str) -> bool:
+        return split in self.sets
+
+    def replace_images(self, images: Mapping[str, torch.Tensor]) -> "Splits":
+        """Returns splits whose images are replaced split by split (labels kept)."""
+        return replace(self, sets={name: s.with_images(images[name]) for name, s in self.sets.items()})
+
+
+class Dataset(abc.ABC):
+    """A dataset: loads its splits from a local root (real) or generates them (synthetic).
+
+    Subclasses are registered with ``@register_dataset("name")`` and declare ``layout``,
+    a one-line description of the files they expect, used in the missing-data error.
+    """
+
+    name: ClassVar[str] = ""
+    synthetic: ClassVar[bool] = False
+    layout: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
+        """Loads (or generates) the splits.
+
+        Args:
+            root: The data root (``--data-root`` / ``BENCH_DATA``); None when not given.
+            options: Loader options from the task's profile (sizes, split sizes, ...).
+            cache_dir: Directory for decoded or generated caches.
+
+        Raises:
+            BenchError: The data is missing or malformed; the message names the layout.
+        """
+
+    def missing(self, root: Path | None, what: str) -> BenchError:
+        """Returns the error for data that is not where the layout says."""
+        where = f"under {root}" if root is not None else "(no --data-root or BENCH_DATA given)"
+        return BenchError(f"{self.name}: {what} not found {where}; expected {self.layout}")
+
+
+def load_dataset(name: str, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
+    """Loads a registered dataset by name."""
+    from bench.registry import datasets
+
+    return datasets.get(name)().load(root, options, cache_dir)
+
+
+def fingerprint(*parts: Any) -> str:
+    """Returns a short, stable content hash of strings, bytes and tensors."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, torch.Tensor):
+            t = part.detach().cpu().contiguous()
+            h.update(str((t.dtype, tuple(t.shape))).encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        elif isinstance(part, bytes):
+            h.update(part)
+        else:
+            h.update(repr(part).encode())
+        h.update(b"\x1f")
+    return h.hexdigest()[:16]

@@ -1,0 +1,327 @@
+"""The core objects: mechanisms, tasks, attacks, releases, run contexts and results."""
+
+from __future__ import annotations
+
+import abc
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping
+
+import torch
+
+from bench.datasets.base import ImageSet, Splits
+from bench.params import Param, ParamSpace
+from bench.streams import Streams
+
+__all__ = [
+    "Attack",
+    "AttackOutcome",
+    "ImageSet",
+    "Mechanism",
+    "Param",
+    "ParamSpace",
+    "PrivacyClaim",
+    "Release",
+    "Result",
+    "RunContext",
+    "Splits",
+    "Streams",
+    "Task",
+]
+
+
+@dataclass(frozen=True)
+class PrivacyClaim:
+    """A formal guarantee, typed by the neighbourhood it protects.
+
+    Claims with different units are never compared as one number.
+
+    Attributes:
+        epsilon: The privacy budget.
+        delta: The failure probability (0 for pure DP).
+        unit: The neighbourhood, e.g. ``"m-pixel (m=1)"``, ``"any image of this size"``.
+        note: Caveats (e.g. a data-dependent step the accountant does not cover).
+    """
+
+    epsilon: float
+    delta: float = 0.0
+    unit: str = ""
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the claim as a JSON-ready dict."""
+        return asdict(self)
+
+    def __str__(self) -> str:
+        delta = f", delta={self.delta:g}" if self.delta else ""
+        return f"epsilon={self.epsilon:g}{delta} [{self.unit}]"
+
+
+class Mechanism(abc.ABC):
+    """An image privacy mechanism: uint8 images in, uint8 images out.
+
+    Subclasses declare ``params`` and implement :meth:`apply`; the registry decorator sets
+    ``name``. Bump ``version`` whenever outputs change, so cached releases are not reused.
+
+    Args:
+        **params: Parameter values (strings or Python objects), validated against ``params``.
+
+    Raises:
+        BenchError: An unknown parameter or an invalid value.
+    """
+
+    name: ClassVar[str] = ""
+    version: ClassVar[int] = 1
+    params: ClassVar[ParamSpace] = ParamSpace()
+    uses_boxes: ClassVar[bool] = False
+    description: ClassVar[str] = ""
+
+    def __init__(self, **params: Any):
+        self.config: dict[str, Any] = type(self).params.resolve(params, owner=f"mechanism {self.name!r}")
+
+    def fit(self, public: ImageSet, ctx: "RunContext") -> None:
+        """Fits the mechanism on public data (a generator, clip bounds); most need nothing."""
+
+    @abc.abstractmethod
+    def apply(
+        self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Obfuscates a batch.
+
+        Args:
+            images: uint8 tensor [N, C, H, W]; never modified.
+            generator: One random stream per image; image i draws only from stream i.
+            boxes: Face boxes per image (float [k_i, 4], x1 y1 x2 y2) for mechanisms that
+                use them.
+
+        Returns:
+            uint8 tensor [N, C, H, W] on the same device.
+        """
+
+    def claim(self) -> PrivacyClaim | None:
+        """Returns the formal guarantee of this configuration, or None."""
+        return None
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
+        return f"{type(self).__name__}({args})"
+
+
+@dataclass
+class Release:
+    """The released (obfuscated) splits of one dataset under one mechanism configuration.
+
+    Attributes:
+        splits: Released splits (labels as in the clean splits, images obfuscated).
+        mechanism: Registered mechanism name.
+        params: Resolved mechanism parameters.
+        seed: The run's seed.
+        key: Content key of (dataset fingerprint, mechanism, version, params, seed).
+        claim: The mechanism's formal guarantee, or None.
+    """
+
+    splits: Splits
+    mechanism: str
+    params: dict[str, Any]
+    seed: int
+    key: str
+    claim: PrivacyClaim | None = None
+
+    @property
+    def is_clean(self) -> bool:
+        """Whether the released images are the clean ones (the identity mechanism)."""
+        return self.mechanism == "identity"
+
+
+@dataclass
+class RunContext:
+    """Everything a task or attack needs from the run besides the data.
+
+    Attributes:
+        device: Where tensors and models live.
+        seed: The run's base seed.
+        profile: "smoke", "quick" or "paper".
+        data_root: Root of real datasets, or None.
+        cache_dir: Directory for releases and mechanism-independent models.
+        options: Free-form overrides, e.g. ``{"face_reid.weights": "/path/to/weights.pt"}``.
+        log: Prints a progress line (quiet in CI).
+        progress: Wraps an iterable in a progress bar: ``progress(iterable, total, desc)``.
+    """
+
+    device: torch.device
+    seed: int
+    profile: str
+    data_root: Path | None
+    cache_dir: Path
+    options: Mapping[str, str] = field(default_factory=dict)
+    log: Callable[[str], None] = lambda msg: None
+    progress: Callable[..., Any] = lambda it, total=None, desc=None: it
+
+
+class _Configurable(abc.ABC):
+    """A task or attack configured by a profile preset plus overrides."""
+
+    name: ClassVar[str] = ""
+    metrics: ClassVar[dict[str, bool]] = {}
+    primary: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+
+    def __init__(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None):
+        self.profile = profile
+        self.overrides = dict(overrides or {})
+
+
+class Task(_Configurable):
+    """A utility task on one dataset.
+
+    Class attributes:
+        dataset: Registered dataset name.
+        metrics: Metric name -> whether higher is better.
+        primary: The metric on the utility axis of frontiers.
+        attacks: Adversaries run against this task's releases by default.
+    """
+
+    dataset: ClassVar[str] = ""
+    attacks: ClassVar[tuple[str, ...]] = ()
+
+    @abc.abstractmethod
+    def data_options(self) -> dict[str, Any]:
+        """Returns the loader options of this task's profile (sizes, split sizes)."""
+
+    def public_split(self) -> str:
+        """Returns the split a mechanism may fit on (public data, not released to tasks)."""
+        return "train"
+
+    @abc.abstractmethod
+    def evaluate(self, clean: Splits, released: Release, ctx: RunContext) -> dict[str, float]:
+        """Measures utility on the release; returns metric name -> value (primary included)."""
+
+    def config_dict(self) -> dict[str, Any]:
+        """Returns the resolved configuration (logged with every run)."""
+        return {}
+
+
+@dataclass(frozen=True)
+class AttackOutcome:
+    """What an adversary achieved.
+
+    Attributes:
+        metrics: All raw metrics (primary on release, on clean images, chance, extras).
+        value: The primary metric on released images.
+        clean: The primary metric on clean images.
+        chance: The primary metric of a guess that ignores the images.
+    """
+
+    metrics: dict[str, float]
+    value: float
+    clean: float
+    chance: float
+
+    def privacy(self) -> float:
+        """Returns 1 - retained attack advantage, clipped to [0, 1] (DESIGN.md)."""
+        return privacy_score(self.value, self.clean, self.chance)
+
+
+def privacy_score(value: float, clean: float, chance: float) -> float:
+    """Returns ``1 - clip((value - chance) / (clean - chance), 0, 1)``.
+
+    When the attack has no advantage even on clean images there is nothing to protect and
+    the score is 1.
+    """
+    if clean - chance <= 0:
+        return 1.0
+    retained = min(max((value - chance) / (clean - chance), 0.0), 1.0)
+    return 1.0 - retained
+
+
+class Attack(_Configurable):
+    """An adversary: sees the clean data its threat model allows and the release."""
+
+    @abc.abstractmethod
+    def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
+        """Attacks the release and returns its outcome."""
+
+    def config_dict(self) -> dict[str, Any]:
+        """Returns the resolved configuration (logged with every run)."""
+        return {}
+
+
+RESULT_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Result:
+    """One cell's outcome: a frozen, serialisable row.
+
+    Attributes:
+        cell_key: Content key of the cell (task, mechanism, version, params, seed, profile).
+        task: Registered task name (the benchmark).
+        dataset: Dataset name.
+        mechanism: Registered mechanism name.
+        mechanism_version: The mechanism's version.
+        params: Resolved mechanism parameters.
+        seed: Base seed.
+        profile: Profile name.
+        utility: Task metrics.
+        primary_metric: Name of the task's primary metric.
+        attacks: Attack name -> its raw metrics.
+        privacy: Attack name -> privacy score.
+        privacy_score: Worst (lowest) privacy score over the attacks; None without attacks.
+        claim: The formal claim as a dict, or None.
+        runtime_s: Wall-clock seconds.
+        versions: Package versions.
+        git_sha: Commit of the harness, or "unknown".
+        dataset_fingerprint: Content hash of the data.
+        synthetic: Whether the data is a synthetic stand-in.
+        device: Device the cell ran on.
+        created: ISO timestamp.
+        schema: Serialisation schema version.
+    """
+
+    cell_key: str
+    task: str
+    dataset: str
+    mechanism: str
+    mechanism_version: int
+    params: dict[str, Any]
+    seed: int
+    profile: str
+    utility: dict[str, float]
+    primary_metric: str
+    attacks: dict[str, dict[str, float]]
+    privacy: dict[str, float]
+    privacy_score: float | None
+    claim: dict[str, Any] | None
+    runtime_s: float
+    versions: dict[str, str]
+    git_sha: str
+    dataset_fingerprint: str
+    synthetic: bool
+    device: str
+    created: str
+    schema: int = RESULT_SCHEMA
+
+    @property
+    def utility_value(self) -> float:
+        """The primary utility metric."""
+        return self.utility[self.primary_metric]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the result as a JSON-ready dict."""
+        return asdict(self)
+
+    def to_json(self) -> str:
+        """Returns the result as indented JSON."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Result":
+        """Builds a result from :meth:`to_dict` output.
+
+        Raises:
+            ValueError: The data was written with an unknown schema.
+        """
+        if data.get("schema") != RESULT_SCHEMA:
+            raise ValueError(f"result schema {data.get('schema')!r} is not {RESULT_SCHEMA}")
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})

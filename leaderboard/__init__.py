@@ -1,0 +1,3 @@
+"""PrivBench leaderboard."""
+
+PRIVBENCH_PACKAGE = True

@@ -1,0 +1,3 @@
+"""PrivBench mechanisms."""
+
+PRIVBENCH_PACKAGE = True

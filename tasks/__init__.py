@@ -1,0 +1,3 @@
+"""PrivBench tasks."""
+
+PRIVBENCH_PACKAGE = True
