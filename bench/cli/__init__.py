@@ -1,0 +1,64 @@
+"""The ``bench`` command line.
+
+Each subcommand lives in its own module with an ``add_parser(subparsers)`` function that
+sets ``func`` on its parser. Errors a user can cause print one line and exit with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from bench.errors import BenchError
+
+SUBCOMMANDS = ("list_cmd", "run_cmd", "show_cmd", "mechanisms_cmd")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Returns the parser with every subcommand attached."""
+    import importlib
+
+    from bench import __version__
+
+    parser = _Parser(prog="bench", description="PrivBench: privacy-utility benchmarks for image privacy mechanisms")
+    parser.add_argument("--version", action="version", version=f"privbench {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    subparsers.required = True
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"bench.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"bench.cli.{name}":
+                raise
+            continue
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the CLI; returns the exit status (0 ok, 2 user error, 130 interrupted)."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except BenchError as exc:
+        message = " ".join(str(exc).split())
+        print(f"bench: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

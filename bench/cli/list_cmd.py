@@ -1,0 +1,55 @@
+"""``bench list``: what is registered, with parameters, ranges and claim units."""
+
+from __future__ import annotations
+
+import argparse
+
+KINDS = ("mechanisms", "tasks", "attacks", "datasets")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``bench list``."""
+    p = subparsers.add_parser("list", help="list registered mechanisms, tasks, attacks and datasets")
+    p.add_argument("kind", nargs="?", choices=KINDS, help="what to list (default: everything)")
+    p.add_argument("--pattern", default="*", help="wildcard on names, e.g. 'dp_*'")
+    p.set_defaults(func=list_registered)
+
+
+def list_registered(args: argparse.Namespace) -> int:
+    """Prints the registered names of one kind (or all kinds) with their details."""
+    from bench import registry
+
+    for kind in [args.kind] if args.kind else KINDS:
+        table = getattr(registry, kind)
+        print(f"{kind}:")
+        for name in table.list(args.pattern):
+            print("\n".join("  " + line for line in describe(kind, name, table.get(name))))
+        print()
+    return 0
+
+
+def describe(kind: str, name: str, obj) -> list[str]:
+    """Returns the lines that describe one registered object."""
+    doc = (getattr(obj, "description", "") or (obj.__doc__ or "").strip().splitlines()[0:1] or [""])
+    summary = doc if isinstance(doc, str) else doc[0]
+    lines = [f"{name:<24}{summary}"]
+    if kind == "mechanisms":
+        for pname, param in obj.params.items():
+            lines.append(f"    {pname:<12}{param.describe()}" + (f"  ({param.help})" if param.help else ""))
+        lines.append(f"    claim       {claim_unit(obj)}")
+    elif kind == "tasks":
+        lines.append(f"    dataset {obj.dataset}; primary metric {obj.primary}; attacks {', '.join(obj.attacks) or 'none'}")
+    elif kind == "attacks":
+        lines.append(f"    primary metric {obj.primary}")
+    elif kind == "datasets":
+        lines.append("    synthetic (generated, no download)" if obj.synthetic else f"    expects {obj.layout}")
+    return lines
+
+
+def claim_unit(mechanism_cls) -> str:
+    """Returns the neighbourhood unit the mechanism claims at its defaults, or 'none'."""
+    try:
+        claim = mechanism_cls().claim()
+    except Exception:  # a plugin whose defaults cannot be built still gets listed
+        return "unknown (defaults do not build)"
+    return f"epsilon-DP, unit: {claim.unit}" if claim else "none (no formal guarantee)"

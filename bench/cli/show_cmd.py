@@ -1,0 +1,27 @@
+"""``bench show RUN_ID``: print a logged cell."""
+
+from __future__ import annotations
+
+import argparse
+
+from bench.cli.common import add_location_args
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``bench show``."""
+    p = subparsers.add_parser("show", help="print the result of a logged run")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--json", action="store_true", help="print result.json instead of the table")
+    add_location_args(p)
+    p.set_defaults(func=show)
+
+
+def show(args: argparse.Namespace) -> int:
+    """Loads a run's result.json from MLflow and prints it."""
+    from bench.report import format_result
+    from bench.tracking import Tracker
+
+    tracker = Tracker(args.results_dir, args.tracking_uri, create=False)
+    result = tracker.load_result(args.run_id)
+    print(result.to_json() if args.json else format_result(result, args.run_id, tracker.uri))
+    return 0

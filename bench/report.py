@@ -1,0 +1,43 @@
+"""Plain-text rendering of a cell's result for the terminal."""
+
+from __future__ import annotations
+
+from bench.interfaces import Result
+
+
+def _fmt(value: float) -> str:
+    return "nan" if value != value else f"{value:.4f}"
+
+
+def format_result(result: Result, run_id: str | None = None, where: str | None = None) -> str:
+    """Returns a small table of a result: utility, attacks, privacy, claim and where it was logged."""
+    params = ", ".join(f"{k}={v}" for k, v in result.params.items()) or "-"
+    data = "synthetic" if result.synthetic else "real"
+    lines = [
+        f"{result.task}  |  {result.mechanism}({params})  |  seed {result.seed}  |  profile {result.profile}  |  {data} data",
+        "",
+        f"{'metric':<34}{'value':>10}",
+        "-" * 44,
+    ]
+    utility = dict(result.utility)
+    for name, value in utility.items():
+        if name.endswith("_ci95"):
+            continue
+        ci = utility.get(f"{name}_ci95")
+        shown = _fmt(value) + (f" ± {ci:.4f}" if ci is not None and ci == ci else "")
+        marker = " *" if name == result.primary_metric else ""
+        lines.append(f"{'utility.' + name + marker:<34}{shown:>10}")
+    for attack, metrics in result.attacks.items():
+        for name, value in metrics.items():
+            lines.append(f"{'attack.' + attack + '.' + name:<34}{_fmt(value):>10}")
+        lines.append(f"{'privacy.' + attack:<34}{_fmt(result.privacy[attack]):>10}")
+    if result.privacy_score is not None:
+        lines.append(f"{'privacy_score':<34}{_fmt(result.privacy_score):>10}")
+    claim = result.claim
+    lines.append("")
+    lines.append("claim: " + (f"epsilon={claim['epsilon']:g} [{claim['unit']}]" if claim else "none (no formal guarantee)"))
+    lines.append(f"runtime: {result.runtime_s:.1f} s on {result.device}   cell {result.cell_key}")
+    if run_id:
+        lines.append(f"logged: MLflow run {run_id}" + (f" in {where}" if where else ""))
+    lines.append("(* primary utility metric; privacy = 1 - retained attack advantage over chance)")
+    return "\n".join(lines)

@@ -1,0 +1,224 @@
+"""One cell, end to end: data -> release -> utility and attacks -> Result -> MLflow."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from bench import __version__
+from bench.cells import cell_key
+from bench.config import PROFILES
+from bench.datasets.base import Splits, load_dataset
+from bench.errors import BenchError
+from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
+from bench.registry import attacks as attack_registry
+from bench.registry import mechanisms as mechanism_registry
+from bench.registry import tasks as task_registry
+from bench.release import make_release
+from bench.sheets import sample_sheet
+from bench.tracking import Tracker
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What one ``bench run`` computes and where it writes.
+
+    Attributes:
+        task: Registered task (benchmark) name.
+        mechanism: Registered mechanism name.
+        params: Mechanism parameters (strings from the CLI or Python values).
+        seed: Base seed.
+        profile: smoke, quick or paper.
+        device: auto, cpu or cuda (or cuda:N).
+        data_root: Root of real datasets.
+        results_dir: Where MLflow's default database and artifacts live.
+        cache_dir: Releases and trained models; defaults to ``results_dir/cache``.
+        attacks: Adversaries to run; None means the task's defaults.
+        overrides: Section ("task" or an attack name) -> setting -> value.
+        tracking_uri: MLflow tracking URI overriding the default.
+    """
+
+    task: str
+    mechanism: str
+    params: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    profile: str = "quick"
+    device: str = "auto"
+    data_root: Path | None = None
+    results_dir: Path = Path("results")
+    cache_dir: Path | None = None
+    attacks: tuple[str, ...] | None = None
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tracking_uri: str | None = None
+
+    @property
+    def cache(self) -> Path:
+        """The cache directory in use."""
+        return self.cache_dir or self.results_dir / "cache"
+
+
+@dataclass
+class Plan:
+    """A validated cell: objects built, nothing computed or written yet."""
+
+    config: RunConfig
+    task: Task
+    mechanism: Mechanism
+    attacks: dict[str, Any]
+    key: str
+    device: torch.device
+
+
+def resolve_device(name: str) -> torch.device:
+    """Returns the device for ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+
+    Raises:
+        BenchError: CUDA was asked for and is not available, or the name is unknown.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise BenchError(f"--device {name}: CUDA is not available on this machine (use --device cpu or auto)")
+        return torch.device(name)
+    raise BenchError(f"unknown device {name!r} (use auto, cpu, cuda or cuda:N)")
+
+
+def plan(config: RunConfig) -> Plan:
+    """Validates names, parameters, profile and device without computing anything.
+
+    Raises:
+        BenchError: Any mistake in the configuration.
+    """
+    if config.profile not in PROFILES:
+        raise BenchError(f"unknown profile {config.profile!r} (use {', '.join(PROFILES)})")
+    task_cls = task_registry.get(config.task)
+    mechanism = mechanism_registry.get(config.mechanism)(**config.params)
+    unknown = set(config.overrides) - {"task", *(config.attacks or task_cls.attacks)}
+    if unknown:
+        raise BenchError(f"--set: no section {sorted(unknown)[0]!r} (use task.NAME=VALUE or ATTACK.NAME=VALUE)")
+    task = task_cls(config.profile, config.overrides.get("task"))
+    attack_names = config.attacks if config.attacks is not None else task_cls.attacks
+    attacks = {name: attack_registry.get(name)(config.profile, config.overrides.get(name)) for name in attack_names}
+    key = cell_key(
+        config.task, config.mechanism, type(mechanism).version, mechanism.config, config.seed, config.profile,
+        {"overrides": config.overrides, "attacks": list(attack_names)},
+    )
+    return Plan(config, task, mechanism, attacks, key, resolve_device(config.device))
+
+
+@dataclass
+class CellOutput:
+    """A computed cell: its result plus the data it was computed on (for sample sheets)."""
+
+    result: Result
+    clean: Splits
+    release: Release
+
+
+def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progress: Callable[..., Any] | None = None) -> CellOutput:
+    """Computes one cell. Writes only to the cache; tracking is :func:`log_cell`'s job.
+
+    Args:
+        plan_: A validated plan from :func:`plan`.
+        log: Progress messages.
+        progress: Progress-bar wrapper for long loops.
+
+    Raises:
+        BenchError: Missing or malformed data.
+    """
+    cfg = plan_.config
+    started = time.perf_counter()
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    ctx = RunContext(
+        device=plan_.device, seed=cfg.seed, profile=cfg.profile, data_root=cfg.data_root, cache_dir=cfg.cache,
+        options={}, log=log, progress=progress or (lambda it, total=None, desc=None: it),
+    )
+    log(f"loading {plan_.task.dataset}")
+    clean = load_dataset(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache)
+    log(f"releasing {plan_.task.dataset} through {cfg.mechanism}")
+    release = make_release(clean, plan_.mechanism, ctx, plan_.task.public_split())
+    log(f"evaluating {cfg.task}")
+    utility = plan_.task.evaluate(clean, release, ctx)
+    outcomes: dict[str, AttackOutcome] = {}
+    for name, attack in plan_.attacks.items():
+        log(f"attacking with {name}")
+        outcomes[name] = attack.run(clean, release, ctx)
+    privacy = {name: o.privacy() for name, o in outcomes.items()}
+    result = Result(
+        cell_key=plan_.key, task=cfg.task, dataset=plan_.task.dataset, mechanism=cfg.mechanism,
+        mechanism_version=type(plan_.mechanism).version, params=dict(plan_.mechanism.config), seed=cfg.seed,
+        profile=cfg.profile, utility=utility, primary_metric=type(plan_.task).primary,
+        attacks={name: dict(o.metrics) for name, o in outcomes.items()}, privacy=privacy,
+        privacy_score=min(privacy.values()) if privacy else None,
+        claim=release.claim.to_dict() if release.claim else None,
+        runtime_s=time.perf_counter() - started, versions=versions(), git_sha=git_sha(),
+        dataset_fingerprint=clean.fingerprint, synthetic=clean.synthetic, device=str(plan_.device),
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    )
+    return CellOutput(result, clean, release)
+
+
+def log_cell(output: CellOutput, plan_: Plan, tracker: Tracker, sample_split: str = "test", samples: int = 8) -> str:
+    """Logs a computed cell as one MLflow run (result, configs, sample sheet); returns the run id."""
+    configs = {
+        "task": plan_.task.config_dict(),
+        "attacks": {name: a.config_dict() for name, a in plan_.attacks.items()},
+        "run": {k: str(v) for k, v in vars(plan_.config).items()},
+    }
+    split = sample_split if sample_split in output.clean else next(iter(output.clean.sets))
+    clean_images = output.clean[split].images[:samples]
+    released_images = output.release.splits[split].images[:samples]
+    label = output.result.mechanism + "".join(f" {k}={v}" for k, v in output.result.params.items())
+    with tempfile.TemporaryDirectory() as tmp:
+        sheet = Path(tmp) / "samples.png"
+        sample_sheet([("clean", clean_images), (label, released_images)], sheet)
+        artifacts = {"samples.png": sheet.read_bytes()}
+    return tracker.log_cell(output.result, configs, artifacts)
+
+
+@lru_cache(maxsize=1)
+def versions() -> dict[str, str]:
+    """Returns the versions of Python, PrivBench and the packages that change numbers."""
+    out = {"python": platform.python_version(), "privbench": __version__}
+    for package in ("torch", "torchvision", "numpy", "scikit-learn", "facenet-pytorch", "mlflow"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = "absent"
+    return out
+
+
+@lru_cache(maxsize=1)
+def git_sha() -> str:
+    """Returns the harness's commit (with ``-dirty`` for uncommitted changes), or ``unknown``."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if sha.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def stderr_log(message: str) -> None:
+    """Prints a progress line on stderr."""
+    print(f"[bench] {message}", file=sys.stderr, flush=True)

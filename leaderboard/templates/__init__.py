@@ -1,0 +1,1 @@
+"""HTML templates and static assets of the leaderboard site (package data)."""

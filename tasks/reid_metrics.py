@@ -1,0 +1,138 @@
+"""Ranking metrics of person re-identification: CMC and mAP under the Market-1501 protocol."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+JUNK_PID = -1
+
+#: Bound on the elements of one [queries, gallery] block (32 MiB per int64 tensor).
+_BLOCK_ELEMENTS = 1 << 22
+
+
+def evaluate_rank(
+    distmat: Any,
+    q_pids: Any,
+    g_pids: Any,
+    q_camids: Any,
+    g_camids: Any,
+    max_rank: int = 50,
+) -> tuple[torch.Tensor, float]:
+    """Computes the CMC curve and mAP of a query-by-gallery distance matrix.
+
+    Follows the Market-1501 protocol as torchreid evaluates it: for each query, gallery
+    images of the query's identity taken by the query's camera are removed, junk gallery
+    images (pid -1) are removed for every query, distractors (pid 0) count as wrong
+    matches, and queries without a correct match left in the gallery are skipped. AP is
+    the mean of the precision at the rank of each correct match; the CMC at rank k is the
+    fraction of queries whose first correct match is at rank k or better.
+
+    A wrong match at exactly the distance of a correct one ranks before it, so ties never
+    flatter a model (a model with constant features gets the worst ranking, whatever the
+    gallery order). Without ties the result equals a full sort of every row.
+
+    No gallery row is sorted: the correct matches of each query are few, so each one's
+    rank is the count of kept wrong matches at or below its distance plus the correct
+    matches before it. Queries are processed in blocks, which bounds memory.
+
+    Args:
+        distmat: [num_query, num_gallery] distances (smaller is closer); tensor or array.
+        q_pids: [num_query] identities of the queries.
+        g_pids: [num_gallery] identities of the gallery images (-1 junk, 0 distractor).
+        q_camids: [num_query] camera ids of the queries.
+        g_camids: [num_gallery] camera ids of the gallery images.
+        max_rank: Length of the CMC curve; cut to the gallery size when larger.
+
+    Returns:
+        The CMC curve (float32 tensor [min(max_rank, num_gallery)]) and the mAP.
+
+    Raises:
+        ValueError: Shapes disagree, distances contain NaN, or no query has a correct
+            match in the gallery.
+    """
+    dist = torch.as_tensor(distmat).detach().cpu()
+    q_pids, g_pids = _ids(q_pids), _ids(g_pids)
+    q_camids, g_camids = _ids(q_camids), _ids(g_camids)
+    if dist.dim() != 2:
+        raise ValueError(f"distmat must be 2-D, got shape {tuple(dist.shape)}")
+    num_q, num_g = dist.shape
+    if q_pids.shape != (num_q,) or q_camids.shape != (num_q,):
+        raise ValueError(f"query pids and camids must have shape [{num_q}]")
+    if g_pids.shape != (num_g,) or g_camids.shape != (num_g,):
+        raise ValueError(f"gallery pids and camids must have shape [{num_g}]")
+    if max_rank < 1:
+        raise ValueError(f"max_rank must be >= 1, got {max_rank}")
+    if not dist.is_floating_point() or dist.dtype in (torch.float16, torch.bfloat16):
+        dist = dist.float()
+    if torch.isnan(dist).any():
+        raise ValueError("distmat contains NaN")
+    max_rank = min(max_rank, num_g)
+
+    first_hits = torch.zeros(max_rank, dtype=torch.float64)
+    ap_sum = 0.0
+    num_valid = 0
+    step = max(1, _BLOCK_ELEMENTS // max(num_g, 1))
+    for start in range(0, num_q, step):
+        stop = min(start + step, num_q)
+        hits, ap, valid = _evaluate_block(
+            dist[start:stop], q_pids[start:stop], q_camids[start:stop], g_pids, g_camids, max_rank
+        )
+        first_hits += hits
+        ap_sum += ap
+        num_valid += valid
+    if num_valid == 0:
+        raise ValueError("no query has a correct match in the gallery")
+    cmc = (first_hits.cumsum(0) / num_valid).float()
+    return cmc, ap_sum / num_valid
+
+
+def _ids(values: Any) -> torch.Tensor:
+    return torch.as_tensor(values).detach().cpu().reshape(-1).to(torch.int64)
+
+
+def _evaluate_block(
+    dist: torch.Tensor,
+    q_pids: torch.Tensor,
+    q_camids: torch.Tensor,
+    g_pids: torch.Tensor,
+    g_camids: torch.Tensor,
+    max_rank: int,
+) -> tuple[torch.Tensor, float, int]:
+    """Returns (first-hit counts per rank [max_rank], sum of AP, number of valid queries)."""
+    num_q = dist.shape[0]
+    junk = (g_pids == JUNK_PID)[None, :]
+    same_pid = g_pids[None, :] == q_pids[:, None]
+    correct = same_pid & ~junk & (g_camids[None, :] != q_camids[:, None])
+    wrong = ~(same_pid | junk)
+    del same_pid
+    num_rel = correct.sum(1)
+    most = int(num_rel.max()) if num_q else 0
+    if most == 0:
+        return torch.zeros(max_rank, dtype=torch.float64), 0.0, 0
+
+    inf = torch.tensor(float("inf"), dtype=dist.dtype)
+    correct_dist = torch.where(correct, dist, inf).topk(most, dim=1, largest=False, sorted=True).values
+    del correct
+    # bucket b of a wrong match = number of correct matches strictly closer; it ranks
+    # before correct match j (0-based, by distance) exactly when b <= j.
+    bucket = torch.searchsorted(correct_dist, dist)
+    bucket = torch.where(wrong, bucket, most + 1)
+    del wrong
+    width = most + 2
+    bucket += torch.arange(num_q)[:, None] * width
+    counts = torch.bincount(bucket.flatten(), minlength=num_q * width).view(num_q, width)
+    del bucket
+    wrong_before = counts[:, :most].cumsum(1)
+
+    nth = torch.arange(1, most + 1, dtype=torch.float64)
+    rank = wrong_before.double() + nth
+    is_real = nth[None, :] <= num_rel[:, None]
+    valid = num_rel > 0
+    ap = (torch.where(is_real, nth / rank, 0.0).sum(1)[valid] / num_rel[valid]).sum()
+
+    first = rank[valid, 0].long()
+    first = first[first <= max_rank] - 1
+    hits = torch.bincount(first, minlength=max_rank).double()
+    return hits, float(ap), int(valid.sum())

@@ -1,0 +1,31 @@
+"""Test-wide settings: keep every tool's files inside the project, never in the home dir."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_STATE = ROOT / ".cache" / "test-home"
+for _var, _sub in (("MPLCONFIGDIR", "matplotlib"), ("TORCH_HOME", "torch"), ("HF_HOME", "huggingface")):
+    os.environ[_var] = str(_STATE / _sub)
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+os.environ["MLFLOW_TRACKING_URI"] = ""
+os.environ.pop("BENCH_DATA", None)
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture
+def results_dir(tmp_path: Path) -> Path:
+    """A fresh results directory (MLflow database, artifacts, cache)."""
+    path = tmp_path / "results"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory shared by the whole session (generated datasets, trained models)."""
+    return tmp_path_factory.mktemp("cache")

@@ -1,0 +1,230 @@
+"""The static leaderboard site in a real browser: navigation, sorting, filtering, escaping.
+
+Needs the ``playwright`` Python package and the system Chromium at /usr/bin/chromium
+(Debian: ``apt-get install -y chromium``); never ``playwright install``.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import threading
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from leaderboard.render import build_site
+from leaderboard.table import leaderboard_table
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+XSS = "<script>alert(1)</script>"
+XSS_ATTR = '"><img src=x onerror=alert(2)>'
+UNIT = "m-pixel (m=1)"
+
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="the playwright Python package is not installed (pip install playwright)"
+)
+if not CHROMIUM.exists():
+    pytest.skip(f"no system Chromium at {CHROMIUM} (apt-get install -y chromium)", allow_module_level=True)
+
+
+def synthetic_results() -> pd.DataFrame:
+    """Four mechanisms on two benchmarks, two seeds, three settings each; values are exact."""
+    curves = {
+        "dp_pix": [(0.80, 0.30), (0.60, 0.60), (0.30, 0.95)],
+        "blur": [(0.85, 0.20), (0.50, 0.50), (0.20, 0.80)],
+        XSS: [(0.70, 0.40), (0.65, 0.70), (0.40, 0.92)],
+        XSS_ATTR: [(0.90, 0.05), (0.88, 0.10), (0.85, 0.15)],
+    }
+    claims = {"dp_pix": UNIT, XSS: "<b>image</b>"}
+    rows = []
+    for task, metric in (("fewshot_celeba", "acc"), ("reid_market1501", "mAP")):
+        for seed in (0, 1):
+            for mechanism, curve in curves.items():
+                for level, (utility, privacy) in enumerate(curve):
+                    shift = 0.02 * seed - (0.05 if task == "reid_market1501" else 0.0)
+                    unit = claims.get(mechanism)
+                    rows.append(
+                        {
+                            "task": task,
+                            "mechanism": mechanism,
+                            "params": {"level": level, "tag": "</script><!--"},
+                            "seed": seed,
+                            "profile": "smoke",
+                            "utility": {metric: utility + shift},
+                            "primary_metric": metric,
+                            "privacy_score": privacy,
+                            "claim": None if unit is None else {"epsilon": 8.0 / (level + 1), "delta": 0.0, "unit": unit},
+                            "source": "entry:team <x>" if mechanism == "blur" else "local",
+                            "run_id": f"run-{task}-{seed}-{level}",
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    df = synthetic_results()
+    root = tmp_path_factory.mktemp("site")
+    sheet = root.parent / "sheet.png"
+    _write_png(sheet)
+    build_site(df, root, sheets={XSS: sheet})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "table": leaderboard_table(df)}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _write_png(path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 1), dpi=50)
+    ax.imshow([[0, 1], [1, 0]])
+    fig.savefig(path)
+    plt.close(fig)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    page = context.new_page()
+    dialogs: list[str] = []
+    errors: list[str] = []
+
+    def on_dialog(dialog):
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    assert dialogs == [], f"a script injected through a name ran: {dialogs}"
+    assert errors == [], f"JavaScript errors: {errors}"
+    context.close()
+
+
+def _visible_rows(page, table_id: str) -> list[list[str]]:
+    return page.evaluate(
+        """id => Array.from(document.getElementById(id).tBodies[0].rows)
+            .filter(r => !r.hidden)
+            .map(r => Array.from(r.cells).map(c => c.textContent.trim()))""",
+        table_id,
+    )
+
+
+def _column(page, table_id: str, index: int) -> list[str]:
+    return page.evaluate(
+        """([id, i]) => Array.from(document.getElementById(id).tBodies[0].rows)
+            .filter(r => !r.hidden).map(r => r.cells[i].getAttribute('data-sort'))""",
+        [table_id, index],
+    )
+
+
+def _image_loaded(page, selector: str) -> int:
+    page.wait_for_function(f"document.querySelector({selector!r}).complete")
+    return page.evaluate(f"document.querySelector({selector!r}).naturalWidth")
+
+
+def test_index_lists_benchmarks_and_mechanisms(page, site):
+    page.goto(f"{site['url']}/index.html")
+    assert page.locator("h1").inner_text() == "Privacy–utility leaderboard"
+    assert page.locator("a.benchmark").all_inner_texts() == ["fewshot_celeba", "reid_market1501"]
+    names = page.locator("a.mechanism").all_text_contents()
+    assert sorted(names) == sorted(["dp_pix", "blur", XSS, XSS_ATTR])
+    top = page.locator("ul.benchmarks > li").first.locator("ol.top a").all_text_contents()
+    expected = site["table"].query("benchmark == 'fewshot_celeba'")["mechanism"].head(3).tolist()
+    assert top == expected
+    assert page.evaluate("document.scripts.length") == 1
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+
+
+def test_benchmark_page_sorts_filters_and_shows_plot(page, site):
+    page.goto(f"{site['url']}/index.html")
+    page.get_by_role("link", name="fewshot_celeba", exact=True).click()
+    page.wait_for_selector("#board")
+    assert page.locator("h1").inner_text() == "fewshot_celeba"
+    assert _image_loaded(page, "#frontier-plot") > 0
+
+    board = site["table"].query("benchmark == 'fewshot_celeba'")
+    assert [row[1] for row in _visible_rows(page, "board")] == board["mechanism"].tolist()
+
+    header = page.locator("#board thead th", has_text="Hypervolume").first
+    header.click()
+    assert header.get_attribute("aria-sort") == "ascending"
+    values = [float(v) for v in _column(page, "board", 3)]
+    assert values == sorted(values)
+    assert [row[1] for row in _visible_rows(page, "board")] == board["mechanism"].tolist()[::-1]
+    header.click()
+    assert header.get_attribute("aria-sort") == "descending"
+    assert [float(v) for v in _column(page, "board", 3)] == sorted(values, reverse=True)
+
+    select = page.locator('[data-filter="claim"]')
+    assert XSS_ATTR not in select.inner_html()
+    select.select_option(UNIT)
+    assert [row[1] for row in _visible_rows(page, "board")] == ["dp_pix"]
+    assert page.locator("[data-count]").inner_text() == "1 of 4 rows"
+    select.select_option("empirical only")
+    assert sorted(row[1] for row in _visible_rows(page, "board")) == sorted(["blur", XSS_ATTR])
+    select.select_option("<b>image</b>")
+    assert [row[1] for row in _visible_rows(page, "board")] == [XSS]
+    select.select_option("")
+    page.locator('[data-filter="text"]').fill("team <x>")
+    assert [row[1] for row in _visible_rows(page, "board")] == ["blur"]
+
+
+def test_hostile_names_render_as_text(page, site):
+    page.goto(f"{site['url']}/index.html")
+    page.locator("a.mechanism", has_text=XSS).click()
+    page.wait_for_selector("#cells")
+    assert page.locator("h1").text_content() == XSS
+    assert page.title().startswith(XSS)
+    assert page.evaluate("document.scripts.length") == 1
+    assert _image_loaded(page, "#sample-sheet") > 0
+    rows = _visible_rows(page, "cells")
+    assert len(rows) == 12
+    assert all('"tag": "</script><!--"' in row[1] or "tag=</script><!--" in row[1] for row in rows)
+
+    page.get_by_role("link", name="reid_market1501").click()
+    page.wait_for_selector("#board")
+    mechanisms = [row[1] for row in _visible_rows(page, "board")]
+    assert XSS in mechanisms and XSS_ATTR in mechanisms
+    assert page.evaluate("document.scripts.length") == 2
+    data = page.evaluate("JSON.parse(document.getElementById('board-data').textContent)")
+    assert {row["mechanism"] for row in data["rows"]} == {"dp_pix", "blur", XSS, XSS_ATTR}
+
+    page.locator("a", has_text=XSS_ATTR).first.click()
+    page.wait_for_selector("#cells")
+    assert page.locator("h1").text_content() == XSS_ATTR
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
