@@ -34,6 +34,7 @@ class FaceReidConfig:
 
     model: str = "small_cnn"
     weights: str | None = None
+    width: int = 32
     input_size: int = 48
     epochs: int = 8
     batch_size: int = 64
@@ -46,7 +47,7 @@ class FaceReidConfig:
 
     def training_part(self) -> dict[str, Any]:
         """Returns the settings the embedder's weights depend on."""
-        keep = {"model", "weights", "input_size", "epochs", "batch_size", "lr", "train_split"}
+        keep = {"model", "weights", "width", "input_size", "epochs", "batch_size", "lr", "train_split"}
         return {k: v for k, v in asdict(self).items() if k in keep}
 
 
@@ -126,7 +127,7 @@ class FaceReid(Attack):
 
         def build() -> torch.nn.Module:
             torch.manual_seed(derive_seed(ctx.seed, "face_reid", "init"))
-            return build_face_model(cfg.model, len(labels), weights).to(ctx.device)
+            return build_face_model(cfg.model, len(labels), weights, cfg.width).to(ctx.device)
 
         def train_fn(model: torch.nn.Module) -> dict[str, Any]:
             ctx.log(f"training the face_reid embedder ({cfg.model}, {len(labels)} identities)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,7 +39,9 @@ def cached_model(
         model.load_state_dict(saved["state"])
         log(f"reused cached model {path.name}")
         return model, saved["info"]
+    started = time.perf_counter()
     info = train(model)
+    log(f"trained {path.stem[:8]} in {time.perf_counter() - started:.0f} s")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     atomic_save({"state": state, "info": info, "key": list(map(str, key_parts))}, path)
     return model, info

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.cli.common import add_location_args, cache_dir, data_root, parse_overrides, reporter
+from bench.cli.common import add_location_args, cache_dir, data_root, interactive, parse_overrides, reporter
 from bench.params import parse_assignments
 
 
@@ -24,7 +24,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", metavar="SECTION.K=V", dest="overrides",
                    help="override a task or attack setting, e.g. task.epochs=3 or face_reid.weights=PATH")
     p.add_argument("--mechanism-file", type=Path, default=None, help="a Python file that registers a mechanism")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines (default on a terminal outside CI)")
+    p.add_argument("-v", "--verbose", action="store_true", help="progress lines even when stderr is not a terminal")
     add_location_args(p)
     p.set_defaults(func=run)
 
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         tracking_uri=args.tracking_uri,
     )
     cell = plan(config)
-    log, progress = reporter(not args.quiet)
+    log, progress = reporter(args.verbose or (interactive() and not args.quiet))
     output = run_cell(cell, log, progress)
     tracker = Tracker(args.results_dir, args.tracking_uri)
     run_id = log_cell(output, cell, tracker)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -49,7 +48,7 @@ def load_or_build(path: str | Path, build_fn: Callable[[], Any]) -> Any:
     if path.is_file():
         try:
             return torch.load(path, map_location="cpu", weights_only=True)
-        except (EOFError, RuntimeError, pickle.UnpicklingError):
+        except Exception:  # any unreadable cache is rebuilt; torch raises many kinds here
             pass
     obj = build_fn()
     atomic_save(obj, path)

@@ -82,14 +82,20 @@ class FaceNetInception(nn.Module):
         return self.head(self.net(x))
 
 
-def build_face_model(kind: str, num_classes: int, weights: str | None = None) -> nn.Module:
+def build_face_model(kind: str, num_classes: int, weights: str | None = None, width: int = 32) -> nn.Module:
     """Returns an untrained (or locally initialised) face embedder.
+
+    Args:
+        kind: ``small_cnn`` or ``inception_resnet_v1``.
+        num_classes: Identities of the training head.
+        weights: Local state dict for Inception-ResNet-v1.
+        width: First-stage filters of the small CNN.
 
     Raises:
         BenchError: An unknown model kind.
     """
     if kind == "small_cnn":
-        return SmallFaceNet(num_classes)
+        return SmallFaceNet(num_classes, width=width)
     if kind == "inception_resnet_v1":
         return FaceNetInception(num_classes, weights)
     raise BenchError(f"face_reid: unknown model {kind!r} (available: small_cnn, inception_resnet_v1)")

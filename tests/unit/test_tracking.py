@@ -1,0 +1,61 @@
+"""MLflow tracking: a cell round-trips, only FINISHED runs count, nothing is written for reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.errors import BenchError
+from bench.interfaces import Result
+from bench.tracking import Tracker, flatten
+
+
+def _result(key: str = "k1") -> Result:
+    return Result(
+        cell_key=key, task="fewshot_synth_faces", dataset="synth_faces", mechanism="dp_pix", mechanism_version=1,
+        params={"epsilon": 3.0, "block": 4, "m": 1}, seed=0, profile="smoke",
+        utility={"acc": 0.5, "acc_ci95": 0.01}, primary_metric="acc",
+        attacks={"face_reid": {"top1": 0.2, "top1_clean": 0.6, "chance": 0.1}}, privacy={"face_reid": 0.8},
+        privacy_score=0.8, claim={"epsilon": 3.0, "delta": 0.0, "unit": "m-pixel (m=1)", "note": ""},
+        runtime_s=1.0, versions={"torch": "2.14.1"}, git_sha="abc", dataset_fingerprint="fp", synthetic=True,
+        device="cpu", created="2026-01-01T00:00:00+00:00",
+    )
+
+
+def test_cell_round_trip_and_finished_lookup(results_dir):
+    tracker = Tracker(results_dir)
+    run_id = tracker.log_cell(_result(), {"task": {}}, {"extra.txt": b"hello"})
+    assert tracker.finished_runs("k1") == [run_id]
+    assert tracker.finished_runs("other") == []
+    assert tracker.load_result(run_id) == _result()
+    run = tracker.client.get_run(run_id)
+    assert run.data.params["mech.epsilon"] == "3.0"
+    assert run.data.metrics["attack.face_reid.top1"] == 0.2
+    assert run.data.tags["bench.cell_key"] == "k1"
+    assert run.data.tags["bench.version.torch"] == "2.14.1"
+    assert (results_dir / "mlflow.db").exists()
+    artifacts = {f.path for f in tracker.client.list_artifacts(run_id)}
+    assert {"result.json", "config.json", "extra.txt"} <= artifacts
+
+
+def test_a_failed_logging_marks_the_run_failed(results_dir, monkeypatch):
+    tracker = Tracker(results_dir)
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tracker.client, "log_artifacts", boom)
+    with pytest.raises(OSError):
+        tracker.log_cell(_result("k2"), {}, {})
+    assert tracker.finished_runs("k2") == []
+    runs = tracker.client.search_runs([tracker.experiment_id])
+    assert [r.info.status for r in runs] == ["FAILED"]
+
+
+def test_read_only_use_creates_nothing(tmp_path):
+    with pytest.raises(BenchError, match="no results database"):
+        Tracker(tmp_path / "absent", create=False)
+    assert not (tmp_path / "absent").exists()
+
+
+def test_flatten():
+    assert flatten("a.", {"x": 1, "y": {"z": 2}}) == {"a.x": 1, "a.y.z": 2}
