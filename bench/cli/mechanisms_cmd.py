@@ -1,0 +1,184 @@
+"""``bench mechanisms show NAME``: a sample sheet of a mechanism over parameter settings."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from bench.errors import BenchError
+from bench.params import parse_assignments
+
+DATASET_OPTIONS: dict[str, dict[str, Any]] = {"synth_faces": {"n_ids": 20, "per_id": 4}}
+"""Loader options of the datasets sheets are drawn from (small, fast to generate)."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``bench mechanisms show``."""
+    from bench.cli.common import add_location_args
+
+    p = subparsers.add_parser("mechanisms", help="inspect mechanisms")
+    actions = p.add_subparsers(dest="mechanisms_command", metavar="ACTION")
+    actions.required = True
+    show = actions.add_parser("show", help="write a sample sheet: clean images and one row per setting")
+    show.add_argument("name", metavar="NAME", help="registered mechanism")
+    show.add_argument("--param", action="append", default=[], metavar="K=V", help="fixed parameter (repeatable)")
+    show.add_argument("--sweep", action="append", default=[], metavar="K=V1,V2,...",
+                      help="one row per value; several sweeps give their product (repeatable)")
+    show.add_argument("--dataset", default="synth_faces", help="dataset the images come from (default: synth_faces)")
+    show.add_argument("--data-root", type=Path, default=None, help="root of real datasets (default: $BENCH_DATA)")
+    show.add_argument("--n", type=int, default=8, help="images per row (default: 8)")
+    show.add_argument("--scale", type=int, default=1, help="integer upscaling of the images (default: 1)")
+    show.add_argument("--palette", action="store_true", help="save with a 256-colour palette (smaller file)")
+    show.add_argument("--seed", type=int, default=0, help="seed of the mechanism's noise (default: 0)")
+    show.add_argument("--device", default="cpu", help="device to run the mechanism on (default: cpu)")
+    show.add_argument("--out", type=Path, required=True, help="PNG file to write")
+    add_location_args(show)
+    show.set_defaults(func=_show_command)
+
+
+def _show_command(args: argparse.Namespace) -> int:
+    from bench.cli.common import cache_dir, data_root
+
+    path = show_mechanism(
+        args.name,
+        params=parse_assignments(args.param),
+        sweep=parse_sweeps(args.sweep),
+        dataset=args.dataset,
+        n=args.n,
+        out=args.out,
+        seed=args.seed,
+        device=args.device,
+        cache_dir=cache_dir(args),
+        data_root=data_root(args.data_root),
+        scale=args.scale,
+        palette=args.palette,
+    )
+    print(path)
+    return 0
+
+
+def parse_sweeps(items: Sequence[str] | None) -> dict[str, list[str]]:
+    """Parses ``["k=v1,v2", ...]`` into name -> values.
+
+    Raises:
+        BenchError: An item without ``=``, a name given twice, or an empty value list.
+    """
+    out: dict[str, list[str]] = {}
+    for key, value in parse_assignments(list(items or [])).items():
+        values = [v.strip() for v in value.split(",") if v.strip()]
+        if not values:
+            raise BenchError(f"--sweep {key}= needs at least one value")
+        out[key] = values
+    return out
+
+
+def settings(params: Mapping[str, Any], sweep: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Returns one parameter dict per row: the fixed params with each combination of swept values.
+
+    Raises:
+        BenchError: A name both fixed and swept.
+    """
+    both = set(params) & set(sweep)
+    if both:
+        raise BenchError(f"parameter {sorted(both)[0]!r} is given both by --param and --sweep")
+    names = list(sweep)
+    return [{**params, **dict(zip(names, combo))} for combo in itertools.product(*(sweep[k] for k in names))]
+
+
+def _sample(images: torch.Tensor, n: int) -> torch.Tensor:
+    if n < 1:
+        raise BenchError(f"--n must be at least 1, got {n}")
+    index = torch.linspace(0, len(images) - 1, min(n, len(images))).round().long()
+    return index
+
+
+def _load_images(dataset: str, cache_dir: Path, data_root: Path | None, n: int):
+    from bench.datasets import load_dataset
+
+    splits = load_dataset(dataset, data_root, DATASET_OPTIONS.get(dataset, {}), cache_dir)
+    shown = splits["test"] if "test" in splits else next(iter(splits.sets.values()))
+    public = splits["train"] if "train" in splits else shown
+    return shown.subset(_sample(shown.images, n)), public
+
+
+def _label(name: str, setting: Mapping[str, Any], mech) -> str:
+    text = name + (": " + ", ".join(f"{k}={v}" for k, v in setting.items()) if setting else "")
+    claim = mech.claim()
+    return f"{text}\n{claim}" if claim is not None else text
+
+
+def show_mechanism(
+    name: str,
+    *,
+    params: Mapping[str, Any] | None = None,
+    sweep: Mapping[str, Sequence[Any]] | None = None,
+    dataset: str = "synth_faces",
+    n: int = 8,
+    out: str | Path = "sheet.png",
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    cache_dir: str | Path = ".bench-cache",
+    data_root: Path | None = None,
+    images=None,
+    public=None,
+    scale: int = 1,
+    palette: bool = False,
+) -> Path:
+    """Writes a sample sheet of a mechanism: a clean row, then one row per setting.
+
+    Args:
+        name: Registered mechanism name.
+        params: Fixed parameter values (strings or Python values).
+        sweep: Parameter name -> values; rows are the product of the sweeps.
+        dataset: Dataset the images come from (its test split, ``n`` images spread over it).
+        n: Images per row.
+        out: PNG path to write.
+        seed: Seed of the mechanism's per-image streams.
+        device: Device the mechanism runs on.
+        cache_dir: Cache for the dataset and fitted models.
+        data_root: Root of real datasets.
+        images: An ImageSet to show instead of loading ``dataset`` (boxes used if present).
+        public: The ImageSet mechanisms fit on; defaults to the dataset's train split.
+        scale: Integer upscaling of the images in the sheet.
+        palette: Save the sheet with a 256-colour palette.
+
+    Returns:
+        The path written.
+
+    Raises:
+        BenchError: Unknown mechanism or dataset, invalid parameters or sweeps.
+    """
+    from bench.interfaces import RunContext
+    from bench.registry import mechanisms
+    from bench.sheets import sample_sheet
+    from bench.streams import Streams
+
+    cls = mechanisms.get(name)
+    rows_params = settings(dict(params or {}), dict(sweep or {}))
+    cache_dir = Path(cache_dir)
+    if images is None:
+        images, loaded_public = _load_images(dataset, cache_dir, data_root, n)
+        public = public if public is not None else loaded_public
+    else:
+        images = images.subset(_sample(images.images, n))
+        public = public if public is not None else images
+    boxes = images.boxes
+    if cls.uses_boxes and boxes is None:
+        from bench.faces import detect_boxes
+
+        boxes = detect_boxes(images.images, device)
+    device = torch.device(device)
+    ctx = RunContext(device=device, seed=seed, profile="smoke", data_root=data_root, cache_dir=cache_dir)
+    batch = images.images.to(device)
+    streams = Streams.for_images(seed, f"sheet/{name}", len(batch), device=device)
+    rows = [("clean", images.images)]
+    for setting in rows_params:
+        mech = cls(**setting)
+        mech.fit(public, ctx)
+        released = mech.apply(batch, generator=streams, boxes=boxes if cls.uses_boxes else None)
+        rows.append((_label(name, setting, mech), released.cpu()))
+    return sample_sheet(rows, out, scale=scale, palette=palette)

@@ -1,0 +1,31 @@
+"""Independent Gaussian noise on every value (few-shot paper, Sec. III-A)."""
+
+from __future__ import annotations
+
+import torch
+
+from bench.interfaces import Mechanism, Param, ParamSpace, Streams
+from bench.registry import register_mechanism
+from mechanisms._ops import check_batch, to_uint8
+
+
+@register_mechanism("gaussian_noise")
+class GaussianNoise(Mechanism):
+    """Adds N(0, sigma^2) to every value on the 0-255 scale, then clips and rounds.
+
+    For an H x W x C image, H W C values are drawn (few-shot paper, Sec. III-A); the
+    paper's grid is sigma in {40, 80, 120, 160, 200}. No formal guarantee.
+    """
+
+    description = "Add N(0, sigma^2) to every value (0-255 scale), clip, round."
+    params = ParamSpace(
+        sigma=Param(float, 40.0, low=0.0, tune=(10.0, 200.0), help="noise standard deviation on the 0-255 scale"),
+    )
+
+    def apply(
+        self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Returns the noisy batch."""
+        check_batch(self.name, images, generator)
+        noise = generator.normal(images.shape[1:]).to(images.device)
+        return to_uint8(torch.add(images, noise, alpha=self.config["sigma"], out=noise))

@@ -1,0 +1,24 @@
+"""The identity mechanism: the clean reference every frontier is measured against."""
+
+from __future__ import annotations
+
+import torch
+
+from bench.interfaces import Mechanism, ParamSpace, Streams
+from bench.registry import register_mechanism
+from mechanisms._ops import check_batch
+
+
+@register_mechanism("identity")
+class Identity(Mechanism):
+    """Releases the images unchanged (as a copy)."""
+
+    description = "No change: the clean reference."
+    params = ParamSpace()
+
+    def apply(
+        self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Returns a copy of the batch."""
+        check_batch(self.name, images, generator)
+        return images.clone()

@@ -1,0 +1,123 @@
+"""Every registered mechanism passes the conformance suite; broken ones do not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.errors import BenchError
+from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
+from bench.registry import mechanisms, register_mechanism, scoped
+from bench.testing import CHECKS, run_conformance
+from bench.testing.mechanisms import invalid_values
+from mechanisms._ops import check_batch
+from mechanisms.dp_pix import DPPix
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+@pytest.mark.parametrize("name", mechanisms.list())
+def test_registered_mechanism_conforms(name, check):
+    CHECKS[check](name)
+
+
+class _GlobalRng(Mechanism):
+    """Adds noise from the global RNG instead of its streams."""
+
+    def apply(self, images, *, generator, boxes=None):
+        check_batch(self.name, images, generator)
+        noise = (torch.rand(images.shape, device=images.device) * 40).to(torch.uint8)
+        return images.clamp(max=215) + noise
+
+
+class _NoChannelFactor(DPPix):
+    """DP-Pix as in the grey-scale original: the noise forgets the channel factor C."""
+
+    def noise_scale(self, channels: int) -> float:
+        return super().noise_scale(1)
+
+
+class _InPlace(Mechanism):
+    """Pixelates by writing into its input."""
+
+    def apply(self, images, *, generator, boxes=None):
+        check_batch(self.name, images, generator)
+        images[:, :, 1:, :] = images[:, :, :1, :]
+        return images
+
+
+class _FloatOut(Mechanism):
+    """Returns float images and accepts anything."""
+
+    params = ParamSpace(strength=Param(float, 1.0, low=0.0))
+
+    def apply(self, images, *, generator, boxes=None):
+        return images.float() * self.config["strength"]
+
+
+class _ClaimWithoutProbe(Mechanism):
+    """Claims a guarantee nobody can check."""
+
+    def apply(self, images, *, generator, boxes=None):
+        check_batch(self.name, images, generator)
+        return images.clone()
+
+    def claim(self):
+        return PrivacyClaim(1.0, unit="m-pixel (m=1)")
+
+
+def failed_checks(cls, name):
+    with scoped():
+        register_mechanism(name)(cls)
+        return {line.split(":")[0] for line in run_conformance(name)}
+
+
+def test_global_rng_fails_determinism_and_batch_independence():
+    failed = failed_checks(_GlobalRng, "broken_global_rng")
+    assert {"determinism", "batch_independence"} <= failed
+
+
+def test_dp_pix_without_channel_factor_fails_claimed_noise():
+    with scoped():
+        register_mechanism("broken_dp_pix")(_NoChannelFactor)
+        failures = run_conformance("broken_dp_pix", checks=["claimed_noise"])
+    assert len(failures) == 1 and "does not follow the claimed distribution" in failures[0]
+
+
+def test_in_place_mechanism_fails_input_untouched():
+    assert "input_untouched" in failed_checks(_InPlace, "broken_in_place")
+
+
+def test_float_output_fails_uint8():
+    assert "uint8" in failed_checks(_FloatOut, "broken_float")
+
+
+def test_claim_without_probe_fails():
+    assert "claimed_noise" in failed_checks(_ClaimWithoutProbe, "broken_unprobed_claim")
+
+
+def test_broken_mechanisms_do_not_leak_out_of_scope():
+    failed_checks(_GlobalRng, "broken_scoped")
+    with pytest.raises(BenchError):
+        mechanisms.get("broken_scoped")
+
+
+def test_correct_subclass_inherits_probe_and_passes():
+    class Renamed(DPPix):
+        pass
+
+    with scoped():
+        register_mechanism("dp_pix_renamed")(Renamed)
+        assert run_conformance("dp_pix_renamed", checks=["claimed_noise"]) == []
+
+
+def test_invalid_values_cover_range_type_and_none():
+    values = invalid_values(Param(int, 4, low=1, high=10))
+    assert {0, 11, 1.5, None, "not-a-number"} <= set(v for v in values if v == v)
+    assert 0.0 in invalid_values(Param(float, 1.0, low=0.0, low_open=True))
+    assert None not in invalid_values(Param(float, None, low=0.0, low_open=True, nullable=True))
+    assert invalid_values(Param(str, "a", choices=("a", "b"))) == ["__not_a_choice__", None]
+
+
+def test_streams_are_per_image():
+    gen = Streams.for_images(0, "x", 3)
+    assert torch.equal(gen[1].uniform((4,)), gen.uniform((4,))[1:2])
