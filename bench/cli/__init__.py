@@ -13,7 +13,7 @@ from typing import Sequence
 
 from bench.errors import BenchError
 
-SUBCOMMANDS = ("list_cmd", "run_cmd", "show_cmd", "mechanisms_cmd")
+SUBCOMMANDS = ("list_cmd", "run_cmd", "show_cmd", "mechanisms_cmd", "grid_cmd", "tune_cmd", "leaderboard_cmd", "submit_cmd")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,201 @@
+"""``bench grid``: many cells from a suite or command-line lists; resumable."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+from bench.cli.common import add_location_args, cache_dir, data_root, interactive, parse_overrides
+from bench.errors import BenchError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``bench grid``."""
+    p = subparsers.add_parser(
+        "grid", help="run many cells (a suite or lists), skipping finished ones",
+        description="Run benchmarks x mechanisms x parameters x seeds. Cells with a FINISHED MLflow run are "
+                    "skipped, so a grid stopped at any moment resumes where it was.",
+    )
+    add_cell_args(p)
+    add_executor_args(p)
+    p.add_argument("--dry-run", action="store_true", help="list the cells and which are already finished; run nothing")
+    p.set_defaults(func=grid)
+
+
+def add_cell_args(p: argparse.ArgumentParser) -> None:
+    """Adds the options that select a grid's cells and where they run."""
+    p.add_argument("--suite", default=None, help="a suite name from bench/suites/ (smoke, standard) or a YAML file")
+    p.add_argument("--task", default=None, help="comma-separated tasks (with --suite: only these of the suite's)")
+    p.add_argument("--mechanism", default=None, help="comma-separated mechanisms (with --suite: only these)")
+    p.add_argument("--param", action="append", metavar="K=V1,V2", help="parameter values to cross (repeatable)")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the suite's, else 0)")
+    p.add_argument("--profile", default=None, help="smoke | quick | paper (default: the suite's, else quick)")
+    p.add_argument("--set", action="append", metavar="SECTION.K=V", dest="overrides",
+                   help="override a task or attack setting in every cell (added to the suite's)")
+    p.add_argument("--attacks", default=None, help="comma-separated adversaries, or 'none' (default: the suite's or task's)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
+    p.add_argument("--data-root", type=Path, default=None, help="root of real datasets (default $BENCH_DATA)")
+    p.add_argument("--mechanism-file", type=Path, action="append", default=[],
+                   help="a Python file that registers a mechanism (repeatable; loaded in every worker)")
+    add_location_args(p)
+
+
+def add_executor_args(p: argparse.ArgumentParser) -> None:
+    """Adds --executor, --workers, --ray-address and -v."""
+    p.add_argument("--executor", default="local", choices=("local", "processes", "ray"),
+                   help="local (here), processes (one per GPU or N CPU workers), ray (a Ray cluster)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes (processes: default one per GPU, else min(4, cores)); CPUs of a local Ray")
+    p.add_argument("--ray-address", default=None, help="address of an existing Ray cluster (default: start a local one)")
+    p.add_argument("-v", "--verbose", action="store_true", help="print each cell's progress lines")
+
+
+def build_cells(args: argparse.Namespace):
+    """Returns (suite, placement, cells) from the parsed options, validating every cell.
+
+    Raises:
+        BenchError: A bad suite, list or cell.
+    """
+    from bench.grid import expand
+
+    load_plugins(args)
+    suite = adjust_suite(select_suite(args), args)
+    where = placement(args)
+    return suite, where, expand(suite, where)
+
+
+def load_plugins(args: argparse.Namespace) -> None:
+    """Imports the --mechanism-file files."""
+    from bench.registry import load_file
+
+    for path in args.mechanism_file:
+        load_file(path)
+
+
+def select_suite(args: argparse.Namespace):
+    """Returns --suite limited to --task/--mechanism, or the suite of the command-line lists.
+
+    Raises:
+        BenchError: Neither a suite nor tasks and mechanisms, or names not in the suite.
+    """
+    from bench.grid import load_suite, suite_from_lists
+
+    tasks, names = split_names(args.task), split_names(args.mechanism)
+    if args.suite is not None:
+        return load_suite(args.suite).restrict(names, tasks)
+    if not tasks or not names:
+        raise BenchError("give --suite NAME, or --task and --mechanism (with --param K=V1,V2 and --seeds 0,1)")
+    return suite_from_lists(tasks, names, {}, [0], "quick")
+
+
+def adjust_suite(suite, args: argparse.Namespace):
+    """Applies --param lists, --seeds, --profile, --set and --attacks to a suite."""
+    from bench.grid import parse_ints, parse_value_lists
+
+    params = parse_value_lists(args.param)
+    if params:
+        suite = dataclasses.replace(suite, mechanisms=tuple(
+            dataclasses.replace(spec, grid={**spec.grid, **{k: tuple(v) for k, v in params.items()}},
+                                zip={k: v for k, v in spec.zip.items() if k not in params})
+            for spec in suite.mechanisms))
+    if args.seeds is not None:
+        suite = dataclasses.replace(suite, seeds=tuple(dict.fromkeys(parse_ints(args.seeds, "--seeds"))))
+    if args.profile is not None:
+        suite = dataclasses.replace(suite, profile=args.profile)
+    extra = parse_overrides(args.overrides)
+    if extra:
+        merged = {k: dict(v) for k, v in suite.overrides.items()}
+        for section, values in extra.items():
+            merged.setdefault(section, {}).update(values)
+        suite = dataclasses.replace(suite, overrides=merged)
+    if args.attacks is not None:
+        suite = dataclasses.replace(suite, attacks=tuple(a for a in args.attacks.split(",") if a and a != "none"))
+    return suite
+
+
+def placement(args: argparse.Namespace):
+    """Returns the Placement (absolute paths, explicit tracking URI) of the parsed options."""
+    from bench.grid import Placement
+    from bench.tracking import tracking_uri
+
+    results = args.results_dir.resolve()
+    return Placement(
+        results_dir=results, cache_dir=cache_dir(args).resolve(), tracking_uri=tracking_uri(results, args.tracking_uri),
+        data_root=data_root(args.data_root), device=args.device,
+    )
+
+
+def executor_config(args: argparse.Namespace):
+    """Returns the ExecutorConfig of the parsed options."""
+    from bench.executors import ExecutorConfig
+
+    return ExecutorConfig(kind=args.executor, workers=args.workers, ray_address=args.ray_address,
+                          plugin_files=tuple(p.resolve() for p in args.mechanism_file), verbose=args.verbose)
+
+
+def run_grid(cells, where, executor, quiet: bool = False):
+    """Runs the cells that have no FINISHED run yet and returns the GridSummary.
+
+    Args:
+        cells: Validated cells.
+        where: Placement: where they log.
+        executor: ExecutorConfig.
+        quiet: No progress output.
+    """
+    from bench.executors import open_tracker, run_cells, worker_count
+    from bench.grid import CellOutcome, GridProgress, GridSummary, fail_orphans, finished_runs
+
+    started = time.perf_counter()
+    tracker = open_tracker(where.results_dir, where.tracking_uri)
+    done = finished_runs(tracker, (c.key for c in cells))
+    orphans = fail_orphans(tracker, (c.key for c in cells))
+    todo = [c for c in cells if c.key not in done]
+    skipped = [CellOutcome(c.key, c.label, "skipped", done[c.key][0]) for c in cells if c.key in done]
+    workers = worker_count(todo, executor)
+    if not quiet:
+        note = f"; {orphans} orphaned run(s) of killed processes marked FAILED" if orphans else ""
+        print(f"[bench] grid: {len(cells)} cells, {len(skipped)} already finished, {len(todo)} to run "
+              f"({executor.kind}, {workers or 'as many as the cluster allows'} at a time){note}", file=sys.stderr,
+              flush=True)
+    progress = GridProgress(len(todo), interactive=interactive() and not quiet)
+    try:
+        outcomes = run_cells(todo, executor, progress if not quiet else (lambda outcome: None))
+    finally:
+        progress.close()
+    return GridSummary(skipped + outcomes, time.perf_counter() - started)
+
+
+def grid(args: argparse.Namespace) -> int:
+    """Expands and validates the cells, runs the unfinished ones and prints the summary."""
+    _, where, cells = build_cells(args)
+    executor = executor_config(args)
+    if args.dry_run:
+        return _dry_run(cells, where)
+    summary = run_grid(cells, where, executor)
+    print(summary.format())
+    return 1 if summary.failed else 0
+
+
+def _dry_run(cells, where) -> int:
+    from bench.grid import finished_runs
+    from bench.tracking import Tracker
+
+    done: dict[str, list[str]] = {}
+    local_db = (where.tracking_uri or "").startswith("sqlite:///")
+    if not local_db or (where.results_dir / "mlflow.db").exists():
+        done = finished_runs(Tracker(where.results_dir, where.tracking_uri), (c.key for c in cells))
+    for cell in cells:
+        print(f"{cell.key}  {'finished' if cell.key in done else 'to run  '}  {cell.label}")
+    print(f"grid: {len(cells)} cells, {sum(c.key in done for c in cells)} finished, "
+          f"{sum(c.key not in done for c in cells)} to run")
+    return 0
+
+
+def split_names(text: str | None) -> list[str] | None:
+    """Splits a comma-separated option into names (None when not given)."""
+    if text is None:
+        return None
+    return [part.strip() for part in text.split(",") if part.strip()]

@@ -1,0 +1,363 @@
+"""Executors: run a grid's cells here, in worker processes, or on a Ray cluster.
+
+Every worker runs a cell the same way (:func:`execute_cell`): under a per-cell file lock
+it checks that no FINISHED run of the cell exists, computes it with the runner and logs it
+as one MLflow run. A cell that raises is logged as a FAILED run carrying its error and
+traceback, and the executor moves on.
+
+This module imports no torch at import time, so a worker can choose its GPU first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from bench.errors import BenchError
+from bench.grid import Cell, CellOutcome
+
+if TYPE_CHECKING:
+    from bench.tracking import Tracker
+
+EXECUTORS = ("local", "processes", "ray")
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """How a grid's cells are spread.
+
+    Attributes:
+        kind: ``local`` (this process), ``processes`` (one worker per visible GPU, or
+            ``workers`` CPU workers) or ``ray`` (one Ray task per cell).
+        workers: Worker processes (processes) or CPUs of a local Ray; None picks.
+        ray_address: Address of an existing Ray cluster (None starts a local one).
+        plugin_files: Python files registering mechanisms, loaded in every worker.
+        verbose: Print the runner's progress lines.
+    """
+
+    kind: str = "local"
+    workers: int | None = None
+    ray_address: str | None = None
+    plugin_files: tuple[Path, ...] = ()
+    verbose: bool = False
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What one worker process runs on.
+
+    Attributes:
+        device: Device name handed to the runner (``cpu`` or ``cuda``).
+        visible_gpu: Value of CUDA_VISIBLE_DEVICES for the worker, or None.
+        threads: Torch intra-op threads.
+    """
+
+    device: str
+    visible_gpu: str | None
+    threads: int
+
+
+def run_cells(cells: Sequence[Cell], config: ExecutorConfig, on_done: Callable[[CellOutcome], None]) -> list[CellOutcome]:
+    """Runs cells with the chosen executor; ``on_done`` is called once per cell as it ends.
+
+    Raises:
+        BenchError: Unknown executor, or the ray executor without Ray installed.
+    """
+    if config.kind not in EXECUTORS:
+        raise BenchError(f"unknown executor {config.kind!r} (use {', '.join(EXECUTORS)})")
+    if not cells:
+        return []
+    runner = {"local": _run_local, "processes": _run_processes, "ray": _run_ray}[config.kind]
+    outcomes: list[CellOutcome] = []
+
+    def record(outcome: CellOutcome) -> None:
+        outcomes.append(outcome)
+        on_done(outcome)
+
+    runner(list(cells), config, record)
+    return outcomes
+
+
+def worker_count(cells: Sequence[Cell], config: ExecutorConfig) -> int | None:
+    """Returns how many cells run at once (None: as many as the Ray cluster allows)."""
+    if config.kind == "local":
+        return 1
+    if config.kind == "processes":
+        return len(slots(cells[0].config.device if cells else "auto", config.workers))
+    return None if config.ray_address else config.workers or default_cpu_workers()
+
+
+def default_cpu_workers() -> int:
+    """Returns the default number of CPU workers: min(4, cores)."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+# --- one cell -------------------------------------------------------------------------------
+
+
+def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[str], None] | None = None) -> CellOutcome:
+    """Computes and logs one cell unless a FINISHED run of it exists; never raises for a failing cell.
+
+    The check and the computation hold a lock file in the cache directory, so processes
+    sharing the cache never compute the same cell twice at once; the lock dies with its
+    process.
+
+    Args:
+        cell: The cell.
+        plugin_files: Files registering mechanisms, imported first.
+        log: Progress lines of the runner.
+
+    Returns:
+        ``skipped`` with the existing run, ``done`` with the new run, or ``failed`` with
+        the error (also logged as a FAILED MLflow run).
+    """
+    from bench.registry import load_file
+    from bench.runner import log_cell, plan, run_cell
+
+    started = time.perf_counter()
+    config = cell.config
+    tracker = None
+    try:
+        for path in plugin_files:
+            load_file(path)
+        tracker = open_tracker(config.results_dir, config.tracking_uri)
+        with cell_lock(config.cache, cell.key):
+            existing = tracker.finished_runs(cell.key)
+            if existing:
+                return CellOutcome(cell.key, cell.label, "skipped", existing[0], time.perf_counter() - started,
+                                   result=tracker.load_result(existing[0]))
+            planned = plan(config)
+            if planned.key != cell.key:
+                raise BenchError(f"cell key changed from {cell.key} to {planned.key} (mechanism or task code changed?)")
+            output = run_cell(planned, log or (lambda message: None))
+            run_id = log_cell(output, planned, tracker)
+        return CellOutcome(cell.key, cell.label, "done", run_id, time.perf_counter() - started, result=output.result)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:
+        error = " ".join(str(exc).split()) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
+        if tracker is not None:
+            record_failure(tracker, cell, error, traceback.format_exc())
+        return CellOutcome(cell.key, cell.label, "failed", None, time.perf_counter() - started, error=error[:500])
+
+
+def record_failure(tracker: "Tracker", cell: Cell, error: str, trace: str) -> None:
+    """Logs a failed cell as a FAILED MLflow run with its error and traceback (error.txt)."""
+    cfg = cell.config
+    tags = {"bench.cell_key": cell.key, "bench.task": cfg.task, "bench.mechanism": cfg.mechanism,
+            "bench.seed": str(cfg.seed), "bench.profile": cfg.profile, "bench.error": error[:4000]}
+    try:
+        run = tracker.client.create_run(tracker.experiment_id, run_name=cell.label[:250], tags=tags)
+        try:
+            tracker.client.log_text(run.info.run_id, trace, "error.txt")
+        finally:
+            tracker.client.set_terminated(run.info.run_id, "FAILED")
+    except Exception as exc:  # the tracking server itself may be what failed
+        print(f"[bench] could not record the failure of {cell.label} in MLflow: {exc}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Holds an exclusive POSIX lock on ``path`` (created if missing; released when the process dies)."""
+    try:
+        import fcntl
+    except ImportError:  # no POSIX locks: a grid still never logs a cell twice itself
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def cell_lock(cache_dir: Path, key: str):
+    """Returns the lock of one cell: ``cache_dir/locks/<key>.lock``."""
+    return file_lock(Path(cache_dir) / "locks" / f"{key}.lock")
+
+
+def open_tracker(results_dir: Path, uri: str | None) -> "Tracker":
+    """Returns a Tracker whose database and experiment exist, creating them under a lock.
+
+    Processes that start together on one results directory would otherwise race to
+    create MLflow's sqlite schema.
+    """
+    return _tracker(str(results_dir), uri)
+
+
+@lru_cache(maxsize=4)
+def _tracker(results_dir: str, uri: str | None) -> "Tracker":
+    from bench.tracking import Tracker
+
+    with file_lock(Path(results_dir) / ".bench-init.lock"):
+        tracker = Tracker(Path(results_dir), uri)
+        _ = tracker.experiment_id
+    return tracker
+
+
+def _printer(prefix: str) -> Callable[[str], None]:
+    def log(message: str) -> None:
+        print(f"[bench{prefix}] {message}", file=sys.stderr, flush=True)
+
+    return log
+
+
+# --- local ----------------------------------------------------------------------------------
+
+
+def _run_local(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[CellOutcome], None]) -> None:
+    log = _printer("") if config.verbose else None
+    for cell in cells:
+        on_done(execute_cell(cell, config.plugin_files, log))
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def slots(device: str, workers: int | None) -> list[Slot]:
+    """Returns one slot per worker: one per visible GPU, else ``workers`` CPU workers.
+
+    CPU workers share the cores evenly (torch threads = cores // workers, at least 1).
+
+    Raises:
+        BenchError: A CUDA device was asked for and none is visible, or a bad worker count.
+    """
+    if workers is not None and workers < 1:
+        raise BenchError(f"--workers must be at least 1, got {workers}")
+    gpus = _visible_gpus() if device != "cpu" else []
+    if device.startswith("cuda") and not gpus:
+        raise BenchError(f"--device {device}: CUDA is not available on this machine (use --device cpu or auto)")
+    cores = os.cpu_count() or 1
+    if gpus:
+        chosen = gpus[: workers] if workers else gpus
+        return [Slot("cuda", gpu, max(1, cores // len(chosen))) for gpu in chosen]
+    count = workers or default_cpu_workers()
+    return [Slot("cpu", None, max(1, cores // count)) for _ in range(count)]
+
+
+def _visible_gpus() -> list[str]:
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip() and g.strip() != "-1"]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    except ImportError:
+        return []
+
+
+_SLOT: Slot | None = None
+
+
+def _init_worker(queue: Any, verbose: bool) -> None:
+    global _SLOT
+    _SLOT = queue.get()
+    if _SLOT.visible_gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = _SLOT.visible_gpu
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(_SLOT.threads)
+    import torch
+
+    torch.set_num_threads(_SLOT.threads)
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(1)
+
+
+def _worker_cell(cell: Cell, plugin_files: tuple[Path, ...], verbose: bool) -> CellOutcome:
+    assert _SLOT is not None
+    cell = dataclasses.replace(cell, config=dataclasses.replace(cell.config, device=_SLOT.device))
+    prefix = f" gpu {_SLOT.visible_gpu}" if _SLOT.visible_gpu is not None else f" pid {os.getpid()}"
+    return execute_cell(cell, plugin_files, _printer(prefix) if verbose else None)
+
+
+def _run_processes(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[CellOutcome], None]) -> None:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    plan = slots(cells[0].config.device, config.workers)
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    for slot in plan:
+        queue.put(slot)
+    pool = ProcessPoolExecutor(max_workers=len(plan), mp_context=context, initializer=_init_worker,
+                               initargs=(queue, config.verbose))
+    try:
+        futures = {pool.submit(_worker_cell, cell, config.plugin_files, config.verbose): cell for cell in cells}
+        waiting = set(futures)
+        while waiting:
+            finished, waiting = wait(waiting, return_when=FIRST_COMPLETED)
+            for future in finished:
+                cell = futures[future]
+                try:
+                    outcome = future.result()
+                except BrokenProcessPool:
+                    outcome = CellOutcome(cell.key, cell.label, "failed",
+                                          error="a worker process died (out of memory or killed); rerun the grid to retry")
+                on_done(outcome)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+# --- ray ------------------------------------------------------------------------------------
+
+
+def _ray_cell(cell: Cell, plugin_files: tuple[Path, ...], device: str, verbose: bool) -> CellOutcome:
+    if device == "cpu":
+        import torch
+
+        torch.set_num_threads(1)
+    cell = dataclasses.replace(cell, config=dataclasses.replace(cell.config, device=device))
+    return execute_cell(cell, plugin_files, _printer(f" ray {os.getpid()}") if verbose else None)
+
+
+def _run_ray(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[CellOutcome], None]) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise BenchError("the ray executor needs Ray: pip install 'ray>=2.9'") from None
+    uri = cells[0].config.tracking_uri or ""
+    if config.ray_address and uri.startswith(("sqlite:", "file:")):
+        print("[bench] warning: cells on other Ray nodes log to a local MLflow file unless it is on a shared file "
+              "system; pass --tracking-uri http://HOST:PORT of a tracking server", file=sys.stderr)
+    started_here = not ray.is_initialized()
+    if started_here:
+        options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": config.verbose,
+                                   "logging_level": "ERROR", "configure_logging": True}
+        if config.ray_address:
+            ray.init(address=config.ray_address, **options)
+        else:
+            ray.init(num_cpus=config.workers or default_cpu_workers(), num_gpus=len(_visible_gpus()),
+                     object_store_memory=128 * 1024**2, **options)
+    try:
+        gpu = ray.cluster_resources().get("GPU", 0) > 0 and cells[0].config.device != "cpu"
+        remote = ray.remote(num_gpus=1 if gpu else 0, num_cpus=1)(_ray_cell)
+        device = "cuda" if gpu else "cpu"
+        refs = {remote.remote(cell, config.plugin_files, device, config.verbose): cell for cell in cells}
+        waiting = list(refs)
+        while waiting:
+            ready, waiting = ray.wait(waiting, num_returns=1)
+            for ref in ready:
+                cell = refs[ref]
+                try:
+                    outcome = ray.get(ref)
+                except Exception as exc:  # the task or its worker died
+                    outcome = CellOutcome(cell.key, cell.label, "failed", error=f"Ray task failed: {type(exc).__name__}: "
+                                          + " ".join(str(exc).split())[:300])
+                on_done(outcome)
+    finally:
+        if started_here:
+            ray.shutdown()

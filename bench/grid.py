@@ -1,0 +1,526 @@
+"""Grids of cells: suites (YAML) or command-line lists expanded into validated cells.
+
+A suite names benchmarks, mechanisms with parameter lists, seeds and a profile::
+
+    description: ...
+    profile: smoke
+    seeds: [0, 1]
+    benchmarks: [fewshot_synth_faces]
+    set: {}                         # optional: section -> {setting: value}, as `bench run --set`
+    attacks: [face_reid]            # optional: adversaries (default: each task's own; [] for none)
+    mechanisms:
+      - name: identity
+      - name: pixelate
+        grid: {block: [4, 8]}       # cartesian product over these lists
+      - name: image_dp
+        grid: {epsilon: [0.001, 1, none]}
+        zip: {block: [1, 2, 4], colours: [64, 32, 16]}   # zipped lists, crossed with grid
+
+Every cell is validated (names, parameters, settings) before any runs; a cell whose key
+already has a FINISHED MLflow run is skipped, so a grid can be killed and started again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import yaml
+
+from bench.errors import BenchError
+
+if TYPE_CHECKING:
+    from bench.interfaces import Result
+    from bench.runner import RunConfig
+    from bench.tracking import Tracker
+
+SUITE_KEYS = ("description", "profile", "seeds", "benchmarks", "set", "attacks", "mechanisms")
+REQUIRED_SUITE_KEYS = ("profile", "seeds", "benchmarks", "mechanisms")
+MECHANISM_KEYS = ("name", "grid", "zip")
+ORPHAN_AFTER_S = 900.0
+"""A RUNNING run of a grid cell older than this is taken to be left by a killed process."""
+
+
+@dataclass(frozen=True)
+class MechanismSpec:
+    """One mechanism of a suite and the parameter values it is run with.
+
+    Attributes:
+        name: Registered mechanism name.
+        grid: Parameter -> values; every combination is a setting.
+        zip: Parameter -> values of equal length, taken together and crossed with ``grid``.
+    """
+
+    name: str
+    grid: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    zip: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def settings(self) -> list[dict[str, Any]]:
+        """Returns every parameter setting: the grid's product crossed with the zipped lists."""
+        names = list(self.grid)
+        product = [dict(zip(names, values)) for values in itertools.product(*(self.grid[n] for n in names))]
+        zipped = [dict(zip(self.zip, values)) for values in zip(*self.zip.values())] if self.zip else [{}]
+        return [{**g, **z} for g in product for z in zipped]
+
+
+@dataclass(frozen=True)
+class Suite:
+    """Benchmarks x mechanism settings x seeds under one profile.
+
+    Attributes:
+        name: The suite's name (file stem) for messages.
+        description: One line for humans.
+        profile: smoke, quick or paper.
+        seeds: Base seeds.
+        benchmarks: Registered task names.
+        mechanisms: Mechanisms with their parameter lists.
+        overrides: Section -> setting -> value, as ``bench run --set``.
+        attacks: Adversaries; None means each task's defaults.
+    """
+
+    name: str
+    profile: str
+    seeds: tuple[int, ...]
+    benchmarks: tuple[str, ...]
+    mechanisms: tuple[MechanismSpec, ...]
+    description: str = ""
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    attacks: tuple[str, ...] | None = None
+
+    def restrict(self, mechanisms: Sequence[str] | None = None, benchmarks: Sequence[str] | None = None) -> "Suite":
+        """Returns the suite limited to some mechanisms and benchmarks.
+
+        Raises:
+            BenchError: A requested name is not in the suite.
+        """
+        specs = self.mechanisms
+        if mechanisms:
+            missing = sorted(set(mechanisms) - {s.name for s in specs})
+            if missing:
+                raise BenchError(f"suite {self.name!r} has no mechanism {missing[0]!r} "
+                                 f"(it has {', '.join(dict.fromkeys(s.name for s in specs))})")
+            specs = tuple(s for s in specs if s.name in mechanisms)
+        names = self.benchmarks
+        if benchmarks:
+            missing = sorted(set(benchmarks) - set(names))
+            if missing:
+                raise BenchError(f"suite {self.name!r} has no benchmark {missing[0]!r} (it has {', '.join(names)})")
+            names = tuple(b for b in names if b in benchmarks)
+        return dataclasses.replace(self, mechanisms=specs, benchmarks=names)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a grid's cells run and log (shared by every cell).
+
+    Attributes:
+        results_dir: MLflow's default database and artifacts.
+        cache_dir: Releases and trained models (None: ``results_dir/cache``).
+        tracking_uri: MLflow tracking URI overriding the default.
+        data_root: Root of real datasets.
+        device: auto, cpu, cuda or cuda:N.
+    """
+
+    results_dir: Path
+    cache_dir: Path | None = None
+    tracking_uri: str | None = None
+    data_root: Path | None = None
+    device: str = "auto"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A validated cell of a grid.
+
+    Attributes:
+        config: What the runner computes.
+        key: The cell's content key.
+        label: Short human description.
+    """
+
+    config: "RunConfig"
+    key: str
+    label: str
+
+
+# --- suites -------------------------------------------------------------------------------
+
+
+def suite_names() -> list[str]:
+    """Returns the names of the suites shipped in bench/suites/."""
+    folder = resources.files("bench") / "suites"
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_suite(ref: str | Path) -> Suite:
+    """Loads and checks a suite: a name from bench/suites/ or a path to a YAML file.
+
+    Raises:
+        BenchError: No such suite, unreadable YAML, or a malformed suite.
+    """
+    text_ref = str(ref)
+    if text_ref.endswith((".yaml", ".yml")) or "/" in text_ref or Path(text_ref).is_file():
+        path = Path(text_ref)
+        if not path.is_file():
+            raise BenchError(f"no suite file {text_ref}")
+        text, name = path.read_text(), path.stem
+    else:
+        resource = resources.files("bench") / "suites" / f"{text_ref}.yaml"
+        if not resource.is_file():
+            raise BenchError(f"unknown suite {text_ref!r} (suites: {', '.join(suite_names())}; or pass a path to a .yaml file)")
+        text, name = resource.read_text(), text_ref
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" line {where.line + 1}" if where is not None else ""
+        raise BenchError(f"suite {name!r}:{line} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    return parse_suite(data, name)
+
+
+def parse_suite(data: Any, name: str) -> Suite:
+    """Checks the structure of a suite's YAML data and builds the suite.
+
+    Names and parameter values are checked later, cell by cell, by :func:`expand`.
+
+    Raises:
+        BenchError: Unknown or missing keys, or values of the wrong shape.
+    """
+    where = f"suite {name!r}"
+    if not isinstance(data, Mapping):
+        raise BenchError(f"{where} must be a mapping with keys {', '.join(REQUIRED_SUITE_KEYS)}")
+    _check_keys(data, SUITE_KEYS, REQUIRED_SUITE_KEYS, where)
+    mechanisms = data["mechanisms"]
+    if not isinstance(mechanisms, list) or not mechanisms:
+        raise BenchError(f"{where}: 'mechanisms' must be a non-empty list of {{name: ..., grid: ..., zip: ...}}")
+    attacks = data.get("attacks")
+    return Suite(
+        name=name,
+        description=str(data.get("description") or ""),
+        profile=_string(data["profile"], f"{where}: 'profile'"),
+        seeds=tuple(_seeds(data["seeds"], where)),
+        benchmarks=tuple(_strings(data["benchmarks"], f"{where}: 'benchmarks'")),
+        mechanisms=tuple(_mechanism_spec(m, f"{where}: mechanisms[{i}]") for i, m in enumerate(mechanisms)),
+        overrides=_overrides(data.get("set") or {}, f"{where}: 'set'"),
+        attacks=None if attacks is None else tuple(_strings(attacks, f"{where}: 'attacks'", empty=True)),
+    )
+
+
+def suite_from_lists(
+    tasks: Sequence[str], mechanisms: Sequence[str], params: Mapping[str, Sequence[str]], seeds: Sequence[int],
+    profile: str,
+) -> Suite:
+    """Builds a suite from command-line lists (every mechanism gets the same parameter grid)."""
+    grid = {k: tuple(v) for k, v in params.items()}
+    return Suite(
+        name="command line", profile=profile, seeds=tuple(seeds), benchmarks=tuple(tasks),
+        mechanisms=tuple(MechanismSpec(m, grid) for m in mechanisms),
+    )
+
+
+def parse_value_lists(items: Sequence[str] | None) -> dict[str, list[str]]:
+    """Parses ``--param k=v1,v2`` items into name -> values.
+
+    Raises:
+        BenchError: An item without ``=``, an empty value or a name given twice.
+    """
+    out: dict[str, list[str]] = {}
+    for item in items or []:
+        name, sep, values = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise BenchError(f"--param expects NAME=V1,V2,..., got {item!r}")
+        if name in out:
+            raise BenchError(f"--param {name!r} given twice (list its values once: {name}=V1,V2)")
+        parts = [v.strip() for v in values.split(",")]
+        if not all(parts):
+            raise BenchError(f"--param {name!r} has an empty value in {values!r}")
+        out[name] = parts
+    return out
+
+
+def parse_ints(text: str, what: str) -> list[int]:
+    """Parses a comma-separated list of integers.
+
+    Raises:
+        BenchError: A part that is not an integer.
+    """
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise BenchError(f"{what} expects comma-separated integers, got {text!r}") from None
+
+
+def _check_keys(data: Mapping, allowed: Sequence[str], required: Sequence[str], where: str) -> None:
+    import difflib
+
+    for key in data:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise BenchError(f"{where}: unknown key {key!r}{hint} (keys: {', '.join(allowed)})")
+    for key in required:
+        if key not in data:
+            raise BenchError(f"{where}: missing key {key!r}")
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise BenchError(f"{where} must be a name, got {value!r}")
+    return value
+
+
+def _strings(value: Any, where: str, empty: bool = False) -> list[str]:
+    if not isinstance(value, list) or (not value and not empty):
+        raise BenchError(f"{where} must be a {'' if empty else 'non-empty '}list of names, got {value!r}")
+    return [_string(v, where) for v in value]
+
+
+def _seeds(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or not value or not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
+        raise BenchError(f"{where}: 'seeds' must be a non-empty list of integers, got {value!r}")
+    if len(set(value)) != len(value):
+        raise BenchError(f"{where}: 'seeds' lists a seed twice: {value!r}")
+    return list(value)
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _value_lists(value: Any, where: str) -> dict[str, tuple[Any, ...]]:
+    if not isinstance(value, Mapping):
+        raise BenchError(f"{where} must map parameter names to lists of values, got {value!r}")
+    out = {}
+    for name, values in value.items():
+        values = values if isinstance(values, list) else [values]
+        if not values or not all(_scalar(v) for v in values):
+            raise BenchError(f"{where}: {name!r} must be a value or a non-empty list of values, got {value[name]!r}")
+        out[str(name)] = tuple(values)
+    return out
+
+
+def _mechanism_spec(data: Any, where: str) -> MechanismSpec:
+    if isinstance(data, str):
+        data = {"name": data}
+    if not isinstance(data, Mapping):
+        raise BenchError(f"{where} must be {{name: ..., grid: ..., zip: ...}}, got {data!r}")
+    _check_keys(data, MECHANISM_KEYS, ("name",), where)
+    name = _string(data["name"], f"{where}: 'name'")
+    where = f"{where} ({name})"
+    grid = _value_lists(data.get("grid") or {}, f"{where}: 'grid'")
+    zipped = _value_lists(data.get("zip") or {}, f"{where}: 'zip'")
+    both = sorted(set(grid) & set(zipped))
+    if both:
+        raise BenchError(f"{where}: parameter {both[0]!r} is in both 'grid' and 'zip'")
+    lengths = {len(v) for v in zipped.values()}
+    if len(lengths) > 1:
+        shown = ", ".join(f"{k}: {len(v)}" for k, v in zipped.items())
+        raise BenchError(f"{where}: the lists under 'zip' must have one length, got {shown}")
+    return MechanismSpec(name, grid, zipped)
+
+
+def _overrides(value: Any, where: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise BenchError(f"{where} must map sections (task or an attack) to {{setting: value}}, got {value!r}")
+    out: dict[str, dict[str, Any]] = {}
+    for section, settings in value.items():
+        if not isinstance(settings, Mapping) or not all(_scalar(v) or isinstance(v, list) for v in settings.values()):
+            raise BenchError(f"{where}: {section!r} must map settings to values, got {settings!r}")
+        out[str(section)] = {str(k): v for k, v in settings.items()}
+    return out
+
+
+# --- cells --------------------------------------------------------------------------------
+
+
+def expand(suite: Suite, placement: Placement) -> list[Cell]:
+    """Expands a suite into validated cells, without computing anything.
+
+    Cells are ordered seed by seed (a grid stopped early holds whole seeds); two settings
+    that resolve to the same cell (``1`` and ``1.0``) give one cell.
+
+    Raises:
+        BenchError: An unknown benchmark, mechanism, attack or setting, or an invalid
+            parameter value; the message names the suite entry.
+    """
+    from bench.runner import RunConfig, plan
+
+    cells: dict[str, Cell] = {}
+    for seed in suite.seeds:
+        for benchmark in suite.benchmarks:
+            for i, spec in enumerate(suite.mechanisms):
+                for params in spec.settings():
+                    config = RunConfig(
+                        task=benchmark, mechanism=spec.name, params=params, seed=seed, profile=suite.profile,
+                        device=placement.device, data_root=placement.data_root, results_dir=placement.results_dir,
+                        cache_dir=placement.cache_dir, attacks=suite.attacks,
+                        overrides={k: dict(v) for k, v in suite.overrides.items()}, tracking_uri=placement.tracking_uri,
+                    )
+                    try:
+                        planned = plan(config)
+                    except BenchError as exc:
+                        shown = " ".join(f"{k}={v}" for k, v in params.items())
+                        raise BenchError(f"suite {suite.name!r}: mechanisms[{i}] ({spec.name}"
+                                         f"{' ' + shown if shown else ''}) on {benchmark}: {exc}") from None
+                    config = dataclasses.replace(config, params=dict(planned.mechanism.config))
+                    cells.setdefault(planned.key, Cell(config, planned.key, cell_label(config)))
+    return list(cells.values())
+
+
+def cell_label(config: "RunConfig") -> str:
+    """Returns ``task mechanism(k=v, ...) seed N``."""
+    params = ", ".join(f"{k}={v}" for k, v in config.params.items())
+    return f"{config.task} {config.mechanism}({params}) seed {config.seed}"
+
+
+def finished_runs(tracker: "Tracker", keys: Iterable[str]) -> dict[str, list[str]]:
+    """Returns cell key -> ids of its FINISHED runs, for the given keys that have any."""
+    wanted = set(keys)
+    found: dict[str, list[str]] = {}
+    for run in _search(tracker, "attributes.status = 'FINISHED'"):
+        key = run.data.tags.get("bench.cell_key")
+        if key in wanted:
+            found.setdefault(key, []).append(run.info.run_id)
+    return found
+
+
+def pending(cells: Sequence[Cell], tracker: "Tracker") -> tuple[list[Cell], list[Cell]]:
+    """Splits cells into (to run, already finished)."""
+    done = finished_runs(tracker, (c.key for c in cells))
+    return [c for c in cells if c.key not in done], [c for c in cells if c.key in done]
+
+
+def fail_orphans(tracker: "Tracker", keys: Iterable[str], older_than_s: float = ORPHAN_AFTER_S) -> int:
+    """Marks RUNNING runs of these cells left by killed processes as FAILED; returns how many.
+
+    A run is created only once its cell is computed and stays RUNNING for the seconds its
+    logging takes, so one older than ``older_than_s`` belongs to a process that died.
+    """
+    wanted = set(keys)
+    cutoff = (time.time() - older_than_s) * 1000
+    count = 0
+    for run in _search(tracker, "attributes.status = 'RUNNING'"):
+        if run.data.tags.get("bench.cell_key") in wanted and run.info.start_time < cutoff:
+            tracker.client.set_tag(run.info.run_id, "bench.error", "orphan: its process died while logging")
+            tracker.client.set_terminated(run.info.run_id, "FAILED")
+            count += 1
+    return count
+
+
+def _search(tracker: "Tracker", filter_string: str):
+    token = None
+    while True:
+        page = tracker.client.search_runs([tracker.experiment_id], filter_string=filter_string,
+                                          max_results=5000, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+# --- outcomes, progress, summary ------------------------------------------------------------
+
+
+@dataclass
+class CellOutcome:
+    """What became of one cell.
+
+    Attributes:
+        key: The cell key.
+        label: Short description.
+        status: ``done`` (computed now), ``skipped`` (already finished) or ``failed``.
+        run_id: The FINISHED run holding the cell's result, if any.
+        seconds: Wall-clock seconds spent on it here.
+        error: One line for a failed cell.
+        result: The cell's result when it was computed or loaded.
+    """
+
+    key: str
+    label: str
+    status: str
+    run_id: str | None = None
+    seconds: float = 0.0
+    error: str = ""
+    result: "Result | None" = None
+
+
+class GridProgress:
+    """Counts finished cells and shows a bar with an ETA (a line per cell when not on a terminal).
+
+    Args:
+        total: Cells to run.
+        interactive: Draw a tqdm bar instead of lines.
+    """
+
+    def __init__(self, total: int, interactive: bool = False):
+        self.total = total
+        self.outcomes: list[CellOutcome] = []
+        self.started = time.perf_counter()
+        self._bar = None
+        if interactive and total:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="cell", desc="grid", file=sys.stderr)
+
+    def __call__(self, outcome: CellOutcome) -> None:
+        """Records one finished cell."""
+        self.outcomes.append(outcome)
+        failed = sum(o.status == "failed" for o in self.outcomes)
+        if self._bar is not None:
+            self._bar.set_postfix(failed=failed, refresh=False)
+            self._bar.update(1)
+            if outcome.status == "failed":
+                self._bar.write(f"[bench] failed: {outcome.label}: {outcome.error}", file=sys.stderr)
+            return
+        done = len(self.outcomes)
+        elapsed = time.perf_counter() - self.started
+        eta = elapsed / done * (self.total - done)
+        tail = f": {outcome.error}" if outcome.error else f" ({outcome.seconds:.1f} s)"
+        print(f"[bench] {done}/{self.total} {outcome.status} {outcome.label}{tail}; "
+              f"elapsed {_duration(elapsed)}, ETA {_duration(eta)}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Closes the bar."""
+        if self._bar is not None:
+            self._bar.close()
+
+
+@dataclass
+class GridSummary:
+    """Done / skipped / failed cells of one grid run."""
+
+    outcomes: list[CellOutcome]
+    seconds: float
+
+    @property
+    def counts(self) -> Counter:
+        """Status -> number of cells."""
+        return Counter(o.status for o in self.outcomes)
+
+    @property
+    def failed(self) -> list[CellOutcome]:
+        """The failed cells."""
+        return [o for o in self.outcomes if o.status == "failed"]
+
+    def format(self) -> str:
+        """Returns the summary: one line of counts, then one line per failed cell."""
+        c = self.counts
+        lines = [f"grid: {len(self.outcomes)} cells: {c['done']} done, {c['skipped']} skipped (already finished), "
+                 f"{c['failed']} failed in {_duration(self.seconds)}"]
+        lines += [f"  failed: {o.label}: {o.error}" for o in self.failed]
+        return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"

@@ -1,0 +1,331 @@
+"""Multi-objective tuning: Optuna NSGA-II over a mechanism's ParamSpace, maximising utility and privacy.
+
+Every trial is an ordinary cell (run, or reused when its cell already has a FINISHED MLflow
+run). Several workers, on several machines, share one study through ``--storage``: an RDB
+URL (``sqlite:///study.db``, ``postgresql://...``) or a journal file (``journal:PATH``, or
+a path ending in ``.journal``/``.log``), which is the safer choice on a shared file
+system. ``trials`` is the study's total over all workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from bench.cells import content_key
+from bench.errors import BenchError
+from bench.grid import Cell, CellOutcome, cell_label
+
+if TYPE_CHECKING:
+    import optuna
+
+    from bench.params import ParamSpace
+    from bench.runner import RunConfig
+
+OBJECTIVES = ("utility", "privacy")
+OVER_BUDGET = "bench.over_budget"
+WORKER = "bench.worker"
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """One tuning study.
+
+    Attributes:
+        base: The cell template: task, mechanism, seed, profile, settings and locations;
+            its ``params`` are held fixed and the others are searched.
+        trials: Total trials of the study, over every worker.
+        storage: Optuna storage (see the module docstring); None keeps the study in a
+            journal file in the results directory.
+        study_name: Study name; None derives one from the cell template.
+        population: NSGA-II population size; None picks from ``trials``.
+        sampler_seed: Seed of the sampler (give each worker its own, or none).
+        plugin_files: Files registering mechanisms, loaded before each trial.
+    """
+
+    base: "RunConfig"
+    trials: int = 60
+    storage: str | None = None
+    study_name: str | None = None
+    population: int | None = None
+    sampler_seed: int | None = None
+    plugin_files: tuple[Path, ...] = field(default_factory=tuple)
+
+    @property
+    def name(self) -> str:
+        """The study name in use."""
+        if self.study_name:
+            return self.study_name
+        b = self.base
+        extra = content_key(b.overrides, b.attacks, sorted(b.params.items()))[:8]
+        return f"{b.task}-{b.mechanism}-{b.profile}-seed{b.seed}-{extra}"
+
+    @property
+    def population_size(self) -> int:
+        """NSGA-II population: ``population``, else a quarter of the trials within [4, 50]."""
+        return self.population or max(4, min(50, self.trials // 4))
+
+
+class _TrialFailed(Exception):
+    """A trial's cell failed; the trial is marked FAIL and the study goes on."""
+
+
+def search_space(space: "ParamSpace", fixed: Mapping[str, Any]) -> dict[str, Any]:
+    """Returns parameter name -> Optuna distribution for the parameters that are searched.
+
+    Parameters held fixed, with a one-point tuning range, or without a finite range are not
+    searched (the last keep their default).
+    """
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    out: dict[str, Any] = {}
+    for name, param in space.items():
+        if name in fixed:
+            continue
+        if param.type is str:
+            if param.choices and len(param.choices) > 1:
+                out[name] = CategoricalDistribution(list(param.choices))
+            continue
+        try:
+            low, high = param.tune_range()
+        except BenchError:
+            continue
+        if low == high:
+            continue
+        log = param.log and low > 0
+        if param.type is int:
+            out[name] = IntDistribution(int(math.ceil(low)), int(math.floor(high)), log=log)
+        else:
+            out[name] = FloatDistribution(float(low), float(high), log=log)
+    return out
+
+
+def open_storage(url: str | None, results_dir: Path) -> Any:
+    """Returns the Optuna storage for a URL (journal file by default).
+
+    Raises:
+        BenchError: The journal file's folder cannot be created.
+    """
+    if url and "://" in url and not url.startswith("journal:"):
+        from optuna.storages import RDBStorage
+
+        return RDBStorage(url, heartbeat_interval=60, grace_period=180)
+    if url is None:
+        path = Path(results_dir) / "optuna.journal"
+    elif url.startswith("journal:"):
+        path = Path(url[len("journal:"):].removeprefix("//"))
+    elif url.endswith((".journal", ".log")):
+        path = Path(url)
+    else:
+        raise BenchError(f"--storage {url!r}: use an RDB URL (sqlite:///f.db, postgresql://...) or journal:PATH")
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BenchError(f"cannot create the folder of the journal {path}: {exc}") from None
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def open_study(config: TuneConfig) -> "optuna.Study":
+    """Creates the study, or loads it when another worker created it already."""
+    import optuna
+    from optuna.samplers import NSGAIISampler
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = NSGAIISampler(population_size=config.population_size, seed=config.sampler_seed)
+    study = optuna.create_study(
+        storage=open_storage(config.storage, config.base.results_dir), study_name=config.name,
+        directions=["maximize", "maximize"], sampler=sampler, load_if_exists=True,
+    )
+    study.set_metric_names(list(OBJECTIVES))
+    return study
+
+
+def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lambda number, outcome: None) -> "optuna.Study":
+    """Runs trials until the study holds ``config.trials`` of them (counting other workers').
+
+    Args:
+        config: The study.
+        on_trial: Called with the trial number and its cell's outcome after each trial.
+
+    Returns:
+        The study.
+
+    Raises:
+        BenchError: The template does not validate, nothing can be searched, or the task
+            has no adversary (privacy is an objective).
+    """
+    import optuna
+
+    from bench.executors import execute_cell, open_tracker
+    from bench.registry import load_file
+    from bench.runner import plan
+
+    for path in config.plugin_files:
+        load_file(path)
+    base = plan(config.base)
+    if not base.attacks:
+        raise BenchError("bench tune maximises privacy: the cells need at least one attack (drop --attacks none)")
+    space = search_space(type(base.mechanism).params, config.base.params)
+    if not space:
+        raise BenchError(f"mechanism {config.base.mechanism!r} has no parameter left to tune")
+    study = open_study(config)
+    tracker = open_tracker(config.base.results_dir, config.base.tracking_uri)
+    fail_dead_trials(study)
+
+    def objective(trial: "optuna.Trial") -> tuple[float, float]:
+        trial.set_user_attr(WORKER, _worker_id())
+        earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
+        if sum(map(_counts, earlier)) >= config.trials:
+            trial.set_user_attr(OVER_BUDGET, True)
+            raise optuna.TrialPruned("the study has its trials")
+        params = dict(config.base.params)
+        params.update({name: _suggest(trial, name, dist) for name, dist in space.items()})
+        cfg = dataclasses.replace(config.base, params=params)
+        try:
+            planned = plan(cfg)
+        except BenchError as exc:
+            _fail(trial, str(exc))
+        cfg = dataclasses.replace(cfg, params=dict(planned.mechanism.config))
+        outcome = execute_cell(Cell(cfg, planned.key, cell_label(cfg)), config.plugin_files)
+        on_trial(trial.number, outcome)
+        trial.set_user_attr("cell_key", planned.key)
+        if outcome.status == "failed" or outcome.result is None:
+            _fail(trial, outcome.error or "the cell failed")
+        trial.set_user_attr("run_id", outcome.run_id)
+        trial.set_user_attr("reused", outcome.status == "skipped")
+        if outcome.status == "done":
+            tracker.client.set_tag(outcome.run_id, "bench.study", config.name)
+            tracker.client.set_tag(outcome.run_id, "bench.trial", str(trial.number))
+        result = outcome.result
+        privacy = result.privacy_score
+        if privacy is None or not math.isfinite(result.utility_value):
+            _fail(trial, "the cell has no utility or privacy score")
+        return float(result.utility_value), float(privacy)
+
+    def stop_when_full(study: "optuna.Study", trial: Any) -> None:
+        if _counted(study) >= config.trials:
+            study.stop()
+
+    if _counted(study) < config.trials:
+        study.optimize(objective, n_trials=None, callbacks=[stop_when_full], catch=(_TrialFailed,), gc_after_trial=True)
+    for trial in study.best_trials:
+        run_id = trial.user_attrs.get("run_id")
+        if run_id:
+            tracker.client.set_tag(run_id, "bench.pareto", config.name)
+    return study
+
+
+def _fail(trial: "optuna.Trial", error: str) -> None:
+    trial.set_user_attr("error", error[:2000])
+    raise _TrialFailed(error)
+
+
+def _suggest(trial: "optuna.Trial", name: str, dist: Any) -> Any:
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(name, dist.choices)
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
+    return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+
+
+def _counts(trial: Any) -> bool:
+    """Whether a trial uses the budget: not over it, and not a FAIL left by a dead worker."""
+    from optuna.trial import TrialState
+
+    if trial.user_attrs.get(OVER_BUDGET):
+        return False
+    return not (trial.state == TrialState.FAIL and "error" not in trial.user_attrs)
+
+
+def _counted(study: "optuna.Study") -> int:
+    return sum(map(_counts, study.get_trials(deepcopy=False)))
+
+
+def _worker_id() -> str:
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def fail_dead_trials(study: "optuna.Study") -> int:
+    """Marks FAIL the RUNNING trials of workers on this machine that no longer exist; returns how many.
+
+    Their trials then no longer use the budget. (RDB storages also fail the stale trials of
+    other machines, by heartbeat.)
+    """
+    import os
+    import socket
+
+    from optuna.trial import TrialState
+
+    host, count = socket.gethostname(), 0
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker_host, _, pid = str(trial.user_attrs.get(WORKER, "")).rpartition(":")
+        if worker_host != host or not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+            count += 1
+        except PermissionError:
+            continue
+    return count
+
+
+def pareto_rows(study: "optuna.Study") -> list[dict[str, Any]]:
+    """Returns the Pareto-optimal settings, highest utility first; trials of one setting share a row."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for t in sorted(study.best_trials, key=lambda t: t.number):
+        key = tuple(sorted(t.params.items()))
+        if key in rows:
+            rows[key]["trials"].append(t.number)
+            continue
+        rows[key] = {"trials": [t.number], "utility": t.values[0], "privacy": t.values[1], "params": dict(t.params),
+                     "run_id": t.user_attrs.get("run_id", "")}
+    return sorted(rows.values(), key=lambda r: (-r["utility"], -r["privacy"], r["trials"][0]))
+
+
+def format_pareto(study: "optuna.Study", trials: int) -> str:
+    """Returns the study's state and its Pareto trials as a table."""
+    from optuna.trial import TrialState
+
+    counted = [t for t in study.get_trials(deepcopy=False) if _counts(t)]
+    states = {s: sum(t.state == s for t in counted) for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)}
+    lines = [
+        f"study {study.study_name}: {states[TrialState.COMPLETE]} complete, {states[TrialState.FAIL]} failed, "
+        f"{states[TrialState.RUNNING]} running of {trials} trials",
+        "Pareto trials (maximising utility and privacy):",
+        f"{'trial':>6}  {'utility':>8}  {'privacy':>8}  {'run id':<32}  params",
+    ]
+    for row in pareto_rows(study):
+        params = ", ".join(f"{k}={_short(v)}" for k, v in row["params"].items())
+        again = f"  (also trials {', '.join(map(str, row['trials'][1:]))})" if len(row["trials"]) > 1 else ""
+        lines.append(f"{row['trials'][0]:>6}  {row['utility']:>8.4f}  {row['privacy']:>8.4f}  {row['run_id']:<32}  "
+                     f"{params}{again}")
+    return "\n".join(lines)
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def print_trial(number: int, outcome: CellOutcome) -> None:
+    """Prints one line per finished trial on stderr."""
+    if outcome.status == "failed":
+        text = f"failed: {outcome.error}"
+    else:
+        r = outcome.result
+        verb = "reused" if outcome.status == "skipped" else f"{outcome.seconds:.1f} s"
+        text = f"utility {r.utility_value:.4f}, privacy {r.privacy_score:.4f} ({verb})" if r else outcome.status
+    print(f"[bench] trial {number}: {outcome.label}: {text}", file=sys.stderr, flush=True)
