@@ -11,6 +11,7 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 
 from bench.datasets.base import ImageSet, Splits
+from bench.errors import BenchError
 from bench.params import Param, ParamSpace
 from bench.streams import Streams
 
@@ -103,9 +104,38 @@ class Mechanism(abc.ABC):
         """Returns the formal guarantee of this configuration, or None."""
         return None
 
+    def check_inputs(self, images: torch.Tensor, generator: Streams) -> None:
+        """Validates what :meth:`apply` receives; call it first in ``apply``.
+
+        Raises:
+            BenchError: Not a uint8 tensor [N, C, H, W], or not one stream per image.
+        """
+        check_batch(self.name, images, generator)
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
         return f"{type(self).__name__}({args})"
+
+
+def check_batch(owner: str, images: torch.Tensor, generator: Streams) -> None:
+    """Validates the arguments every mechanism's ``apply`` receives.
+
+    Args:
+        owner: The mechanism's name, for messages.
+        images: The batch.
+        generator: Its per-image streams.
+
+    Raises:
+        BenchError: Not a uint8 tensor [N, C, H, W], or not one stream per image.
+    """
+    if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.dim() != 4:
+        got = f"{images.dtype} tensor of shape {tuple(images.shape)}" if isinstance(images, torch.Tensor) else type(images).__name__
+        raise BenchError(f"mechanism {owner!r} expects a uint8 tensor [N, C, H, W], got a {got}")
+    if len(generator) != images.shape[0]:
+        raise BenchError(
+            f"mechanism {owner!r} got {len(generator)} random streams for {images.shape[0]} images; "
+            "pass one stream per image"
+        )
 
 
 @dataclass

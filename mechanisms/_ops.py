@@ -13,7 +13,6 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from bench.errors import BenchError
 from bench.streams import Streams
 
 _LAPLACE_EDGE = 0.5 - 2.0**-54
@@ -24,27 +23,6 @@ _EVEN_BYTES = 0x00FF00FF
 _PACKED_MAX_BLOCK = 64
 _BLUR_CHUNK_VALUES = 1 << 20
 _BLUR_SLICE_MAX = 4
-
-
-def check_batch(owner: str, images: torch.Tensor, generator: Streams) -> None:
-    """Validates the arguments every mechanism's ``apply`` receives.
-
-    Args:
-        owner: The mechanism's name, for messages.
-        images: The batch.
-        generator: Its per-image streams.
-
-    Raises:
-        BenchError: Not a uint8 tensor [N, C, H, W], or not one stream per image.
-    """
-    if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.dim() != 4:
-        got = f"{images.dtype} tensor of shape {tuple(images.shape)}" if isinstance(images, torch.Tensor) else type(images).__name__
-        raise BenchError(f"mechanism {owner!r} expects a uint8 tensor [N, C, H, W], got a {got}")
-    if len(generator) != images.shape[0]:
-        raise BenchError(
-            f"mechanism {owner!r} got {len(generator)} random streams for {images.shape[0]} images; "
-            "pass one stream per image"
-        )
 
 
 def cell_grid(height: int, width: int, block: int) -> tuple[int, int]:

@@ -6,7 +6,7 @@ import torch
 
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.registry import register_mechanism
-from mechanisms._ops import check_batch, gaussian_blur
+from mechanisms._ops import gaussian_blur
 
 
 @register_mechanism("blur")
@@ -27,5 +27,5 @@ class Blur(Mechanism):
         self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
     ) -> torch.Tensor:
         """Returns the blurred batch."""
-        check_batch(self.name, images, generator)
+        self.check_inputs(images, generator)
         return gaussian_blur(images, self.config["radius"])

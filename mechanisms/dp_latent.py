@@ -16,7 +16,7 @@ from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, RunCont
 from bench.registry import register_mechanism
 from bench.seeding import derive_seed
 from mechanisms._dp import latent_scale
-from mechanisms._ops import check_batch, laplace, to_uint8
+from mechanisms._ops import laplace, to_uint8
 
 _BATCH = 256
 _SMALL_STEP_VALUES = 1 << 18
@@ -238,7 +238,7 @@ class DPLatent(Mechanism):
         self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
     ) -> torch.Tensor:
         """Returns the images decoded from privatised latents."""
-        check_batch(self.name, images, generator)
+        self.check_inputs(images, generator)
         if self.generator is None:
             raise BenchError(f"mechanism {self.name!r} must be fitted on public data before apply()")
         if tuple(images.shape[1:]) != self.shape:

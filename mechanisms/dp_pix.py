@@ -7,7 +7,7 @@ import torch
 from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
 from bench.registry import register_mechanism
 from mechanisms._dp import dp_pix_scale
-from mechanisms._ops import cell_means, check_batch, fill_cells, laplace, to_uint8
+from mechanisms._ops import cell_means, fill_cells, laplace, to_uint8
 
 
 @register_mechanism("dp_pix")
@@ -37,7 +37,7 @@ class DPPix(Mechanism):
         self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
     ) -> torch.Tensor:
         """Returns the DP-pixelated batch."""
-        check_batch(self.name, images, generator)
+        self.check_inputs(images, generator)
         block = self.config["block"]
         _, channels, height, width = images.shape
         means, counts = cell_means(images, block)

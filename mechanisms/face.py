@@ -9,7 +9,7 @@ import torch
 from bench.errors import BenchError
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.registry import register_mechanism
-from mechanisms._ops import check_batch, gaussian_blur
+from mechanisms._ops import gaussian_blur
 
 OVERLAY_COLOURS: dict[str, tuple[float, float, float]] = {
     "mean": (0.485 * 255, 0.456 * 255, 0.406 * 255),
@@ -104,7 +104,7 @@ class FaceBlur(Mechanism):
         self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
     ) -> torch.Tensor:
         """Returns the batch with faces blurred."""
-        check_batch(self.name, images, generator)
+        self.check_inputs(images, generator)
         _check_boxes(self.name, images, boxes)
         n, _, height, width = images.shape
         flat, owner = _flatten_boxes(boxes, images.device)
@@ -155,7 +155,7 @@ class FaceOverlay(Mechanism):
         self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
     ) -> torch.Tensor:
         """Returns the batch with faces covered."""
-        check_batch(self.name, images, generator)
+        self.check_inputs(images, generator)
         _check_boxes(self.name, images, boxes)
         n, channels, height, width = images.shape
         colour = self.fill_value(channels).to(images.device)

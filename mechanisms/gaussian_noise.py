@@ -6,7 +6,7 @@ import torch
 
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.registry import register_mechanism
-from mechanisms._ops import check_batch, to_uint8
+from mechanisms._ops import to_uint8
 
 
 @register_mechanism("gaussian_noise")
@@ -26,6 +26,6 @@ class GaussianNoise(Mechanism):
         self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
     ) -> torch.Tensor:
         """Returns the noisy batch."""
-        check_batch(self.name, images, generator)
+        self.check_inputs(images, generator)
         noise = generator.normal(images.shape[1:]).to(images.device)
         return to_uint8(torch.add(images, noise, alpha=self.config["sigma"], out=noise))

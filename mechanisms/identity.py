@@ -6,7 +6,6 @@ import torch
 
 from bench.interfaces import Mechanism, ParamSpace, Streams
 from bench.registry import register_mechanism
-from mechanisms._ops import check_batch
 
 
 @register_mechanism("identity")
@@ -20,5 +19,5 @@ class Identity(Mechanism):
         self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
     ) -> torch.Tensor:
         """Returns a copy of the batch."""
-        check_batch(self.name, images, generator)
+        self.check_inputs(images, generator)
         return images.clone()

@@ -7,7 +7,7 @@ import torch
 from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
 from bench.registry import register_mechanism
 from mechanisms._dp import image_dp_epsilon_factor, image_dp_levels, image_dp_scale
-from mechanisms._ops import check_batch, fill_cells, laplace, rounded_cell_means
+from mechanisms._ops import fill_cells, laplace, rounded_cell_means
 
 
 @register_mechanism("image_dp")
@@ -48,7 +48,7 @@ class ImageDP(Mechanism):
         self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
     ) -> torch.Tensor:
         """Returns the obfuscated batch."""
-        check_batch(self.name, images, generator)
+        self.check_inputs(images, generator)
         block, colours = self.config["block"], self.config["colours"]
         height, width = images.shape[-2:]
         levels = torch.div(rounded_cell_means(images, block), colours, rounding_mode="floor")

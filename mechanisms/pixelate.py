@@ -6,7 +6,7 @@ import torch
 
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.registry import register_mechanism
-from mechanisms._ops import check_batch, pixelate
+from mechanisms._ops import pixelate
 
 
 @register_mechanism("pixelate")
@@ -26,5 +26,5 @@ class Pixelate(Mechanism):
         self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
     ) -> torch.Tensor:
         """Returns the pixelated batch."""
-        check_batch(self.name, images, generator)
+        self.check_inputs(images, generator)
         return pixelate(images, self.config["block"])

@@ -94,7 +94,6 @@ class FewShot(Task):
 
     def evaluate(self, clean: Splits, released: Release, ctx: RunContext) -> dict[str, float]:
         """Trains (or reuses) the baseline and noisy models and tests them on released images."""
-        cfg = self.config
         test_released = released.splits["test"]
         index = self._test_episodes(test_released.labels, ctx.seed)
         clean_model = self._model(clean["train"], clean["val"], ("clean", clean.fingerprint), ctx, "clean")

@@ -10,7 +10,7 @@ from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
 from bench.registry import mechanisms, register_mechanism, scoped
 from bench.testing import CHECKS, run_conformance
 from bench.testing.mechanisms import invalid_values
-from mechanisms._ops import check_batch
+from bench.interfaces import check_batch
 from mechanisms.dp_pix import DPPix
 
 
