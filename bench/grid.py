@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import yaml
 
 from bench.errors import BenchError
+from bench.params import parse_assignments
 
 if TYPE_CHECKING:
     from bench.interfaces import Result
@@ -232,13 +233,7 @@ def parse_value_lists(items: Sequence[str] | None) -> dict[str, list[str]]:
         BenchError: An item without ``=``, an empty value or a name given twice.
     """
     out: dict[str, list[str]] = {}
-    for item in items or []:
-        name, sep, values = item.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise BenchError(f"--param expects NAME=V1,V2,..., got {item!r}")
-        if name in out:
-            raise BenchError(f"--param {name!r} given twice (list its values once: {name}=V1,V2)")
+    for name, values in parse_assignments(list(items or []), form="--param NAME=V1,V2,...").items():
         parts = [v.strip() for v in values.split(",")]
         if not all(parts):
             raise BenchError(f"--param {name!r} has an empty value in {values!r}")

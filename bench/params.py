@@ -168,8 +168,12 @@ class ParamSpace(Mapping[str, Param]):
         }
 
 
-def parse_assignments(items: list[str] | None) -> dict[str, str]:
+def parse_assignments(items: list[str] | None, form: str = "NAME=VALUE") -> dict[str, str]:
     """Parses ``["k=v", ...]`` from the command line.
+
+    Args:
+        items: The command-line items.
+        form: How an item should look, for messages.
 
     Raises:
         BenchError: An item without ``=`` or a name given twice.
@@ -179,7 +183,7 @@ def parse_assignments(items: list[str] | None) -> dict[str, str]:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise BenchError(f"expected NAME=VALUE, got {item!r}")
+            raise BenchError(f"expected {form}, got {item!r}")
         if key in out:
             raise BenchError(f"parameter {key!r} given twice")
         out[key] = value.strip()
