@@ -149,6 +149,7 @@ class Release:
         seed: The run's seed.
         key: Content key of (dataset fingerprint, mechanism, version, params, seed).
         claim: The mechanism's formal guarantee, or None.
+        metrics: Facts measured while releasing, e.g. ``detector_recall.test``.
     """
 
     splits: Splits
@@ -157,6 +158,7 @@ class Release:
     seed: int
     key: str
     claim: PrivacyClaim | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def is_clean(self) -> bool:
@@ -299,6 +301,7 @@ class Result:
         privacy: Attack name -> privacy score.
         privacy_score: Worst (lowest) privacy score over the attacks; None without attacks.
         claim: The formal claim as a dict, or None.
+        release_metrics: Facts measured while releasing (MTCNN recall against the dataset's boxes).
         runtime_s: Wall-clock seconds.
         versions: Package versions.
         git_sha: Commit of the harness, or "unknown".
@@ -330,6 +333,7 @@ class Result:
     synthetic: bool
     device: str
     created: str
+    release_metrics: dict[str, float] = field(default_factory=dict)
     schema: int = RESULT_SCHEMA
 
     @property

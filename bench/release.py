@@ -15,13 +15,21 @@ from bench.streams import Streams
 BATCH = 1024
 
 
-def release_key(splits: Splits, mechanism: Mechanism, seed: int) -> str:
-    """Returns the content key of (data, mechanism, version, params, seed)."""
+BOX_SOURCES = ("dataset", "detect")
+
+
+def release_key(splits: Splits, mechanism: Mechanism, seed: int, boxes: str = "dataset") -> str:
+    """Returns the content key of (data, mechanism, version, params, seed, box source)."""
     m = type(mechanism)
-    return content_key("release", splits.fingerprint, m.name, m.version, mechanism.config, seed)
+    parts = ["release", splits.fingerprint, m.name, m.version, mechanism.config, seed]
+    if m.uses_boxes and boxes != "dataset":
+        parts.append(boxes)
+    return content_key(*parts)
 
 
-def make_release(splits: Splits, mechanism: Mechanism, ctx: RunContext, public_split: str = "train") -> Release:
+def make_release(
+    splits: Splits, mechanism: Mechanism, ctx: RunContext, public_split: str = "train", boxes: str = "dataset"
+) -> Release:
     """Applies a mechanism to every split, or loads the cached release.
 
     Args:
@@ -29,19 +37,28 @@ def make_release(splits: Splits, mechanism: Mechanism, ctx: RunContext, public_s
         mechanism: A configured mechanism.
         ctx: The run's context (device, seed, cache directory).
         public_split: The split a mechanism may fit on before releasing.
+        boxes: Where face boxes come from: ``dataset`` (MTCNN only where the dataset has
+            none) or ``detect`` (MTCNN always; its recall against the dataset's boxes is
+            reported, because a missed face is a leak).
 
     Returns:
         The release, whose splits keep the clean labels.
     """
-    key = release_key(splits, mechanism, ctx.seed)
+    key = release_key(splits, mechanism, ctx.seed, boxes)
     path = Path(ctx.cache_dir) / "releases" / f"{key}.pt"
     if path.exists():
-        images = torch.load(path, map_location="cpu", weights_only=True)
+        saved = torch.load(path, map_location="cpu", weights_only=True)
         ctx.log(f"reused cached release {key[:8]}")
     else:
         mechanism.fit(splits[public_split], ctx)
-        images = {name: apply_to_split(mechanism, split, ctx, f"release/{name}") for name, split in splits.sets.items()}
-        atomic_save(images, path)
+        saved = {"images": {}, "metrics": {}}
+        for name, split in splits.sets.items():
+            images, recall = apply_to_split(mechanism, split, ctx, f"release/{name}", detect=boxes == "detect")
+            saved["images"][name] = images
+            if recall is not None:
+                saved["metrics"][f"detector_recall.{name}"] = recall
+        atomic_save(saved, path)
+    images, metrics = saved["images"], saved["metrics"]
     return Release(
         splits=splits.replace_images(images),
         mechanism=type(mechanism).name,
@@ -49,21 +66,32 @@ def make_release(splits: Splits, mechanism: Mechanism, ctx: RunContext, public_s
         seed=ctx.seed,
         key=key,
         claim=mechanism.claim(),
+        metrics=dict(metrics),
     )
 
 
-def apply_to_split(mechanism: Mechanism, split: ImageSet, ctx: RunContext, purpose: str, batch: int = BATCH) -> torch.Tensor:
-    """Runs a mechanism over a split in batches on the run's device; returns CPU uint8 images.
+def apply_to_split(
+    mechanism: Mechanism, split: ImageSet, ctx: RunContext, purpose: str, batch: int = BATCH, detect: bool = False
+) -> tuple[torch.Tensor, float | None]:
+    """Runs a mechanism over a split in batches on the run's device.
 
     Image ``i`` of the split always draws from the stream of (seed, purpose, i), whatever
-    the batch size.
-    """
-    boxes = split.boxes
-    if type(mechanism).uses_boxes and boxes is None:
-        from bench.faces import detect_boxes
+    the batch size. Mechanisms that act on faces get the dataset's boxes, or MTCNN's where
+    the dataset has none or ``detect`` is set.
 
-        ctx.log(f"{purpose}: no face boxes in the dataset, detecting them with MTCNN")
-        boxes = detect_boxes(split.images, ctx.device)
+    Returns:
+        CPU uint8 released images, and the detector's recall against the dataset's boxes
+        (None when no detection ran or the dataset has no boxes).
+    """
+    boxes, recall = split.boxes, None
+    if type(mechanism).uses_boxes and (boxes is None or detect):
+        from bench.faces import detect_boxes, detector_recall
+
+        ctx.log(f"{purpose}: detecting face boxes with MTCNN")
+        detected = detect_boxes(split.images, ctx.device)
+        if boxes is not None:
+            recall = detector_recall(detected, boxes)
+        boxes = detected
     out = torch.empty_like(split.images)
     for start in range(0, len(split), batch):
         images = split.images[start : start + batch].to(ctx.device)
@@ -72,7 +100,7 @@ def apply_to_split(mechanism: Mechanism, split: ImageSet, ctx: RunContext, purpo
         released = mechanism.apply(images, generator=streams, boxes=chunk_boxes)
         _check_output(mechanism, images, released)
         out[start : start + len(images)] = released.cpu()
-    return out
+    return out, recall
 
 
 def _check_output(mechanism: Mechanism, images: torch.Tensor, released: torch.Tensor) -> None:

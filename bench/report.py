@@ -33,6 +33,8 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
         lines.append(f"{'privacy.' + attack:<34}{_fmt(result.privacy[attack]):>10}")
     if result.privacy_score is not None:
         lines.append(f"{'privacy_score':<34}{_fmt(result.privacy_score):>10}")
+    for name, value in result.release_metrics.items():
+        lines.append(f"{'release.' + name:<34}{_fmt(value):>10}")
     claim = result.claim
     lines.append("")
     lines.append("claim: " + (f"epsilon={claim['epsilon']:g} [{claim['unit']}]" if claim else "none (no formal guarantee)"))

@@ -26,7 +26,7 @@ from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunConte
 from bench.registry import attacks as attack_registry
 from bench.registry import mechanisms as mechanism_registry
 from bench.registry import tasks as task_registry
-from bench.release import make_release
+from bench.release import BOX_SOURCES, make_release
 from bench.sheets import sample_sheet
 from bench.tracking import Tracker
 
@@ -108,9 +108,14 @@ def plan(config: RunConfig) -> Plan:
         raise BenchError(f"unknown profile {config.profile!r} (use {', '.join(PROFILES)})")
     task_cls = task_registry.get(config.task)
     mechanism = mechanism_registry.get(config.mechanism)(**config.params)
-    unknown = set(config.overrides) - {"task", *(config.attacks or task_cls.attacks)}
+    unknown = set(config.overrides) - {"task", "release", *(config.attacks or task_cls.attacks)}
     if unknown:
-        raise BenchError(f"--set: no section {sorted(unknown)[0]!r} (use task.NAME=VALUE or ATTACK.NAME=VALUE)")
+        raise BenchError(
+            f"--set: no section {sorted(unknown)[0]!r} (use task.NAME=VALUE, ATTACK.NAME=VALUE or release.boxes=detect)"
+        )
+    release_options = dict(config.overrides.get("release", {}))
+    if set(release_options) - {"boxes"} or release_options.get("boxes", "dataset") not in BOX_SOURCES:
+        raise BenchError(f"--set release: only release.boxes={'|'.join(BOX_SOURCES)} is known, got {release_options}")
     task = task_cls(config.profile, config.overrides.get("task"))
     attack_names = config.attacks if config.attacks is not None else task_cls.attacks
     attacks = {name: attack_registry.get(name)(config.profile, config.overrides.get(name)) for name in attack_names}
@@ -152,7 +157,8 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
     log(f"loading {plan_.task.dataset}")
     clean = load_dataset(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache)
     log(f"releasing {plan_.task.dataset} through {cfg.mechanism}")
-    release = make_release(clean, plan_.mechanism, ctx, plan_.task.public_split())
+    boxes = cfg.overrides.get("release", {}).get("boxes", "dataset")
+    release = make_release(clean, plan_.mechanism, ctx, plan_.task.public_split(), boxes)
     log(f"evaluating {cfg.task}")
     utility = plan_.task.evaluate(clean, release, ctx)
     outcomes: dict[str, AttackOutcome] = {}
@@ -170,6 +176,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         runtime_s=time.perf_counter() - started, versions=versions(), git_sha=git_sha(),
         dataset_fingerprint=clean.fingerprint, synthetic=clean.synthetic, device=str(plan_.device),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        release_metrics=dict(release.metrics),
     )
     return CellOutput(result, clean, release)
 

@@ -105,6 +105,7 @@ class Tracker:
             for attack, values in result.attacks.items():
                 metrics.update(flatten(f"attack.{attack}.", values))
             metrics.update(flatten("privacy.", result.privacy))
+            metrics.update(flatten("release.", result.release_metrics))
             if result.privacy_score is not None:
                 metrics["privacy_score"] = result.privacy_score
             metrics["runtime_s"] = result.runtime_s

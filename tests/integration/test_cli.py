@@ -74,6 +74,7 @@ def test_same_command_twice_gives_identical_metrics(capsys, tmp_path):
         (["--mechanism", "dp_pix", "--profile", "huge"], "unknown profile"),
         (["--mechanism", "dp_pix", "--set", "task.epochz=2"], "did you mean 'epochs'"),
         (["--mechanism", "dp_pix", "--set", "nosuch.x=1"], "no section"),
+        (["--mechanism", "face_blur", "--set", "release.boxes=maybe"], "release.boxes=dataset|detect"),
     ],
 )
 def test_user_errors_are_one_line_exit_2_and_write_nothing(capsys, tmp_path, argv, fragment):

@@ -27,8 +27,8 @@ def _ctx(tmp_path: Path, seed: int = 0) -> RunContext:
 def test_release_does_not_depend_on_batch_size(tmp_path):
     mech = mechanisms.get("dp_pix")(epsilon=1, block=2)
     split = _splits()["train"]
-    whole = apply_to_split(mech, split, _ctx(tmp_path), "release/train", batch=10)
-    chunked = apply_to_split(mech, split, _ctx(tmp_path), "release/train", batch=3)
+    whole, _ = apply_to_split(mech, split, _ctx(tmp_path), "release/train", batch=10)
+    chunked, _ = apply_to_split(mech, split, _ctx(tmp_path), "release/train", batch=3)
     assert torch.equal(whole, chunked)
 
 
@@ -54,3 +54,17 @@ def test_a_mechanism_returning_the_wrong_dtype_is_reported(tmp_path):
 
     with pytest.raises(RuntimeError, match="expected uint8"):
         apply_to_split(Broken(), _splits()["test"], _ctx(tmp_path), "release/test")
+
+
+def test_detected_boxes_report_recall_against_the_dataset_boxes(tmp_path):
+    from bench.datasets import load_dataset
+
+    faces = load_dataset("synth_faces", None, {"n_ids": 6, "per_id": 2, "split_ids": [2, 2, 2]}, tmp_path)
+    mech = mechanisms.get("face_overlay")()
+    from_dataset = make_release(faces, mech, _ctx(tmp_path))
+    detected = make_release(faces, mech, _ctx(tmp_path), boxes="detect")
+    assert from_dataset.metrics == {}
+    assert set(detected.metrics) == {"detector_recall.train", "detector_recall.val", "detector_recall.test"}
+    assert all(0.0 <= v <= 1.0 for v in detected.metrics.values())
+    assert detected.key != from_dataset.key
+    assert make_release(faces, mech, _ctx(tmp_path), boxes="detect").metrics == detected.metrics
