@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import http.server
 import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -152,9 +153,14 @@ def _column(page, table_id: str, index: int) -> list[str]:
     )
 
 
-def _image_loaded(page, selector: str) -> int:
-    page.wait_for_function(f"document.querySelector({selector!r}).complete")
-    return page.evaluate(f"document.querySelector({selector!r}).naturalWidth")
+def _image_loaded(page, selector: str, timeout_s: float = 10.0) -> int:
+    # Polled from Python: wait_for_function evaluates a string in the page, which the
+    # site's Content-Security-Policy (script-src 'self') rightly refuses.
+    image = page.locator(selector)
+    deadline = time.monotonic() + timeout_s
+    while not image.evaluate("img => img.complete") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return image.evaluate("img => img.naturalWidth")
 
 
 def test_index_lists_benchmarks_and_mechanisms(page, site):
