@@ -16,12 +16,14 @@ BATCH = 1024
 
 
 BOX_SOURCES = ("dataset", "detect")
+#: Bump when the on-disk layout of a cached release changes, so old caches are not read.
+RELEASE_FORMAT = 2
 
 
 def release_key(splits: Splits, mechanism: Mechanism, seed: int, boxes: str = "dataset") -> str:
     """Returns the content key of (data, mechanism, version, params, seed, box source)."""
     m = type(mechanism)
-    parts = ["release", splits.fingerprint, m.name, m.version, mechanism.config, seed]
+    parts = ["release", RELEASE_FORMAT, splits.fingerprint, m.name, m.version, mechanism.config, seed]
     if m.uses_boxes and boxes != "dataset":
         parts.append(boxes)
     return content_key(*parts)

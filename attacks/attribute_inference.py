@@ -1,0 +1,263 @@
+"""Attribute inference adversary (cross-camera reID paper, Sec. III-C and IV-B).
+
+A leaked release is used for an adverse task: a ResNet backbone with one linear layer is
+trained on the released training images to predict a demographic attribute and tested on
+the released test images (query and gallery for reID datasets, whose identities are
+disjoint from training). One model is trained per attribute, as in the paper. Each
+attribute reports the accuracy on the release, the accuracy of the same attack on clean
+images (trained and tested clean, cached once per dataset) and the majority-class rate
+(always answering the training set's most frequent value), the chance level.
+
+The first attribute is the primary one: ``acc``, ``acc_clean`` and ``chance`` repeat its
+numbers for the privacy score.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from bench.cells import content_key
+from bench.config import build_config, load_preset
+from bench.datasets.base import ImageSet, Splits
+from bench.errors import BenchError
+from bench.interfaces import Attack, AttackOutcome, Release, RunContext
+from bench.modelcache import cached_model
+from bench.nn.augment import augment
+from bench.nn.images import embed, prepare, to_input
+from bench.nn.resnet import ARCHS, AttributeNet, check_weights
+from bench.nn.threads import cpu_threads
+from bench.registry import register_attack
+from bench.seeding import derive_seed
+
+MODEL_VERSION = 1
+KNOWN_ATTRIBUTES = ("gender", "age", "race")
+
+
+@dataclass(frozen=True)
+class AttributeConfig:
+    """Settings of one attribute_inference profile (``attacks/presets/attribute_inference.yaml``).
+
+    Attributes:
+        attributes: Attributes to infer; None takes ``dataset_attributes`` of the dataset.
+        dataset_attributes: Dataset name -> its default attributes (the paper's choice).
+        arch: ResNet backbone.
+        weights: Local ImageNet weights of the backbone, or None to train from scratch.
+        input_height: Network input height, the width keeping the images' aspect ratio;
+            None keeps the released size.
+        epochs: Passes over the training images.
+        batch_size: Images per step.
+        lr: Peak Adam learning rate (one-cycle schedule).
+        weight_decay: Adam weight decay.
+        pad: Zero-padding of the random-crop augmentation, in input pixels.
+        train_split: Split the adversary trains on.
+        test_splits: Splits it is tested on; None: ``test`` if present, else query + gallery.
+        threads: CPU threads while training and testing (None: torch's setting).
+    """
+
+    attributes: tuple | None = None
+    dataset_attributes: dict = field(default_factory=dict)
+    arch: str = "resnet50"
+    weights: str | None = None
+    input_height: int | None = None
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 5e-4
+    pad: int = 4
+    train_split: str = "train"
+    test_splits: tuple | None = None
+    threads: int | None = None
+
+    def training_part(self) -> dict[str, Any]:
+        """Returns the settings an attribute model's weights depend on."""
+        keep = {"arch", "weights", "input_height", "epochs", "batch_size", "lr", "weight_decay", "pad", "train_split"}
+        return {k: v for k, v in asdict(self).items() if k in keep}
+
+
+def _names(value: Any) -> tuple[str, ...] | None:
+    """Reads names given as a sequence, a comma-separated string, or none."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in {"none", "null"}):
+        return None
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    return tuple(str(v) for v in value)
+
+
+@register_attack("attribute_inference")
+class AttributeInference(Attack):
+    """ResNet + linear classifier of demographic attributes trained on released images."""
+
+    metrics: ClassVar[dict[str, bool]] = {
+        "acc": True,
+        "acc_clean": True,
+        "chance": True,
+        **{f"{m}_{a}": True for a in KNOWN_ATTRIBUTES for m in ("acc", "clean_acc", "majority")},
+    }
+    primary: ClassVar[str] = "acc"
+    description = "ResNet + linear head trained on released images to predict gender (age, race); accuracy vs majority class"
+
+    def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
+        super().__init__(profile, overrides)
+        values = load_preset("attacks", "attribute_inference", profile)
+        values.update(self.overrides)
+        owner = "attack 'attribute_inference'"
+        for key in ("attributes", "test_splits"):
+            if key in values:
+                values[key] = _names(values[key])
+        self.config: AttributeConfig = build_config(AttributeConfig, values, owner)
+        if self.config.arch not in ARCHS:
+            raise BenchError(f"{owner}: unknown arch {self.config.arch!r} (available: {', '.join(ARCHS)})")
+        check_weights(self.config.weights, owner)
+
+    def config_dict(self) -> dict[str, Any]:
+        """Returns the resolved profile settings."""
+        return asdict(self.config)
+
+    def attributes_for(self, dataset: str) -> tuple[str, ...]:
+        """Returns the attributes attacked on a dataset.
+
+        Raises:
+            BenchError: Neither ``attributes`` nor a default for this dataset is set.
+        """
+        names = self.config.attributes or _names(self.config.dataset_attributes.get(dataset))
+        if not names:
+            raise BenchError(f"attribute_inference: no attributes given for dataset {dataset!r} "
+                             f"(use --set attribute_inference.attributes=gender)")
+        return names
+
+    def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
+        """Trains (or reuses) one classifier per attribute on released and on clean images."""
+        cfg = self.config
+        test_splits = cfg.test_splits or (("test",) if "test" in clean else ("query", "gallery"))
+        released_key = ("clean", clean.fingerprint) if released.is_clean else ("release", released.key)
+        metrics: dict[str, float] = {}
+        with cpu_threads(cfg.threads):
+            for attr in self.attributes_for(clean.dataset):
+                metrics.update(self._attack(attr, clean, released, released_key, test_splits, ctx))
+        first = self.attributes_for(clean.dataset)[0]
+        value, clean_value, chance = metrics[f"acc_{first}"], metrics[f"clean_acc_{first}"], metrics[f"majority_{first}"]
+        metrics.update({"acc": value, "acc_clean": clean_value, "chance": chance})
+        return AttackOutcome(metrics=metrics, value=value, clean=clean_value, chance=chance)
+
+    def _attack(
+        self, attr: str, clean: Splits, released: Release, released_key: tuple, test_splits: tuple[str, ...],
+        ctx: RunContext,
+    ) -> dict[str, float]:
+        """Returns the metrics of one attribute."""
+        clean_train, clean_test = self._sets(clean, attr, test_splits)
+        values = len(clean[self.config.train_split].attr_names.get(attr) or []) or int(clean_train.labels.max()) + 1
+        majority = int(torch.bincount(clean_train.labels, minlength=values).argmax())
+        clean_model = self._model(attr, values, clean_train, ("clean", clean.fingerprint), ctx)
+        clean_acc = self._accuracy(clean_model, clean_test, ctx)
+        if released.is_clean:
+            acc = clean_acc
+        else:
+            rel_train, rel_test = self._sets(released.splits, attr, test_splits)
+            acc = self._accuracy(self._model(attr, values, rel_train, released_key, ctx), rel_test, ctx)
+        return {
+            f"acc_{attr}": acc,
+            f"clean_acc_{attr}": clean_acc,
+            f"majority_{attr}": float((clean_test.labels == majority).float().mean()),
+            f"test_images_{attr}": float(len(clean_test)),
+        }
+
+    def _sets(self, splits: Splits, attr: str, test_splits: tuple[str, ...]) -> tuple[ImageSet, ImageSet]:
+        """Returns (train, test) images with a known ``attr``, labelled by its value."""
+        train = splits[self.config.train_split]
+        if attr not in train.attrs:
+            have = ", ".join(train.attrs) or "none"
+            raise BenchError(f"attribute_inference: dataset {splits.dataset!r} has no attribute {attr!r} (has {have})")
+        labelled = _labelled(train, attr)
+        tests = [_labelled(splits[name], attr) for name in test_splits]
+        test = ImageSet(images=torch.cat([t.images for t in tests]), labels=torch.cat([t.labels for t in tests]))
+        if len(labelled) == 0 or len(test) == 0:
+            raise BenchError(f"attribute_inference: no labelled {attr!r} images in {self.config.train_split} or "
+                             f"{'+'.join(test_splits)} of {splits.dataset!r}")
+        return labelled, test
+
+    def input_size(self, images: torch.Tensor) -> tuple[int, int] | None:
+        """Returns the network input (h, w) for images of this shape (None: as released)."""
+        height = self.config.input_height
+        if height is None:
+            return None
+        h, w = images.shape[-2:]
+        return height, max(1, round(w * height / h))
+
+    @torch.no_grad()
+    def _accuracy(self, model: torch.nn.Module, test: ImageSet, ctx: RunContext) -> float:
+        logits = embed(model, prepare(test.images, self.input_size(test.images), ctx.device), batch=256)
+        return float((logits.argmax(1).cpu() == test.labels).float().mean())
+
+    def _model(self, attr: str, values: int, train: ImageSet, data_key: tuple, ctx: RunContext) -> torch.nn.Module:
+        cfg = self.config
+        key = ("attribute-model", MODEL_VERSION, attr, values, data_key, cfg.training_part(), ctx.seed,
+               str(ctx.device.type))
+
+        def build() -> torch.nn.Module:
+            torch.manual_seed(derive_seed(ctx.seed, "attribute_inference", attr, "init"))
+            return AttributeNet(cfg.arch, values, cfg.weights).to(ctx.device)
+
+        def train_fn(model: torch.nn.Module) -> dict[str, Any]:
+            ctx.log(f"training the {attr} classifier ({cfg.arch}, {len(train)} images, {content_key(*key)[:8]})")
+            seed = derive_seed(ctx.seed, "attribute_inference", attr, "train")
+            return train_attribute(model, train.images, train.labels, self.input_size(train.images), cfg, ctx, seed)
+
+        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
+        return model.to(ctx.device)
+
+
+def _labelled(split: ImageSet, attr: str) -> ImageSet:
+    """Returns the images of a split with a known value of ``attr``, labelled by it."""
+    values = split.attrs[attr]
+    keep = (values >= 0).nonzero().flatten()
+    return ImageSet(images=split.images[keep], labels=values[keep].clone())
+
+
+def train_attribute(
+    model: torch.nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    size: tuple[int, int] | None,
+    cfg: AttributeConfig,
+    ctx: RunContext,
+    seed: int,
+) -> dict[str, Any]:
+    """Trains a classifier with cross-entropy, Adam and a one-cycle schedule.
+
+    Args:
+        model: Network returning logits (on ``ctx.device``), trained in place.
+        images: uint8 training images.
+        labels: Attribute value of each image.
+        size: Network input (h, w), or None for the images' size.
+        cfg: The attack's settings.
+        ctx: The run's context.
+        seed: Seed of the batch order and augmentations.
+
+    Returns:
+        Facts about the training (steps, final loss, seconds).
+    """
+    started = time.perf_counter()
+    g = torch.Generator().manual_seed(seed)
+    batch_size = min(cfg.batch_size, len(images))
+    steps_per_epoch = max(1, len(images) // batch_size)
+    optimiser = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=cfg.lr, total_steps=cfg.epochs * steps_per_epoch)
+    model.train()
+    loss = torch.tensor(float("nan"))
+    for _ in ctx.progress(range(cfg.epochs), total=cfg.epochs, desc="attribute epochs"):
+        order = torch.randperm(len(images), generator=g)
+        for step in range(steps_per_epoch):
+            batch = order[step * batch_size : (step + 1) * batch_size]
+            x = augment(to_input(images[batch], size, ctx.device), g, pad=cfg.pad)
+            loss = F.cross_entropy(model(x), labels[batch].to(ctx.device))
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            optimiser.step()
+            schedule.step()
+    model.eval()
+    return {"steps": cfg.epochs * steps_per_epoch, "final_loss": loss.item(), "seconds": time.perf_counter() - started}

@@ -1,0 +1,318 @@
+"""Person re-identification on released images (cross-camera reID paper, Sec. III-B, IV-A).
+
+Two models are trained on the released training identities and evaluated on the released
+query and gallery images:
+
+- ``regular``: ResNet + BNNeck, label-smoothed softmax + batch-hard triplet loss, each
+  query ranking the gallery images (standard Market-1501 protocol);
+- ``centroid``: the same network and losses plus the Centroid Triplet Loss (Eq. 4),
+  each query ranking gallery centroids (Eq. 5, see :mod:`tasks.reid_centroids`).
+
+Metrics are mAP and CMC rank-1/5/10 of both. The primary metric is the centroid model's
+mAP: the reID paper proposes the centroid model as the system a camera operator would run
+on protected images, so the utility of a release is what that system still achieves.
+Two cross-evaluations separate the effect of the loss from that of the centroid gallery
+(``*_regular_on_centroids``, ``*_centroid_on_images``), and the mAP of a random ranking
+of each gallery is reported as its chance level. Models are cached by the content key of
+their training data, so the clean models train once per dataset, profile and seed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from bench.cells import content_key
+from bench.config import build_config, load_preset
+from bench.datasets.base import ImageSet, Splits
+from bench.errors import BenchError
+from bench.interfaces import Release, RunContext, Task
+from bench.modelcache import cached_model
+from bench.nn.augment import augment
+from bench.nn.images import embed, prepare, to_input
+from bench.nn.losses import batch_hard_triplet_loss, centroid_triplet_loss
+from bench.nn.resnet import ARCHS, ReidNet, check_weights
+from bench.nn.sampling import PKSampler
+from bench.nn.threads import cpu_threads
+from bench.registry import register_task
+from bench.seeding import derive_seed, make_generator
+from tasks.reid_centroids import CentroidGallery, build_centroids, evaluate_centroids
+from tasks.reid_metrics import evaluate_rank
+
+MODEL_VERSION = 1
+KINDS = ("regular", "centroid")
+RANKS = (1, 5, 10)
+CHANCE_DRAWS = 10
+
+
+@dataclass(frozen=True)
+class ReidConfig:
+    """Settings of one reID profile (see ``tasks/presets/reid_*.yaml``).
+
+    Attributes:
+        data: Loader options of the dataset.
+        arch: ResNet backbone (``resnet18`` ... ``resnet101``).
+        weights: Local ImageNet weights of the backbone, or None to train from scratch.
+        last_stride: Stride of ``layer4`` (1 as in Bag of Tricks and Centroid-reID).
+        input_size: Network input (h, w); released images are resized to it.
+        p: Identities per batch.
+        k: Images per identity in a batch.
+        epochs: Passes of the PK sampler over the training images.
+        lr: Adam learning rate after warm-up.
+        weight_decay: Adam weight decay.
+        warmup_epochs: Linear warm-up from lr / 10.
+        lr_steps: Epochs at which the learning rate is multiplied by ``lr_gamma``.
+        lr_gamma: Step decay factor.
+        label_smoothing: Of the identity cross-entropy.
+        margin: Batch-hard triplet margin (None: soft margin).
+        ctl_margin: Centroid triplet margin alpha_c (None: soft margin).
+        ctl_squared: Squared distances in the centroid triplet loss, as Eq. 4 is written
+            (False: plain Euclidean distances, as Centroid-reID's training code).
+        pad: Zero-padding of the random-crop augmentation, in input pixels.
+        erasing: Random-erasing probability.
+        keep_distractors: Keep distractor images as one-image classes in the centroid
+            gallery (Centroid-reID drops them).
+        threads: CPU threads while training and embedding (None: torch's setting); 1
+            is fastest on a CPU shared with other heavy jobs.
+    """
+
+    data: dict = field(default_factory=dict)
+    arch: str = "resnet50"
+    weights: str | None = None
+    last_stride: int = 1
+    input_size: tuple = (256, 128)
+    p: int = 16
+    k: int = 4
+    epochs: int = 120
+    lr: float = 3.5e-4
+    weight_decay: float = 5e-4
+    warmup_epochs: int = 10
+    lr_steps: tuple = (40, 70)
+    lr_gamma: float = 0.1
+    label_smoothing: float = 0.1
+    margin: float | None = 0.3
+    ctl_margin: float | None = 0.3
+    ctl_squared: bool = False
+    pad: int = 10
+    erasing: float = 0.5
+    keep_distractors: bool = False
+    threads: int | None = None
+
+    def training_part(self, kind: str) -> dict[str, Any]:
+        """Returns the settings the weights of a ``regular`` or ``centroid`` model depend on."""
+        skip = {"keep_distractors", "threads"} | ({"ctl_margin", "ctl_squared"} if kind == "regular" else set())
+        return {k: v for k, v in asdict(self).items() if k not in skip}
+
+
+def _int_tuple(value: Any, name: str, owner: str) -> tuple[int, ...]:
+    """Reads a tuple of ints given as a sequence or as a string such as ``"128,64"``."""
+    if isinstance(value, str):
+        value = [v for v in value.replace("x", ",").split(",") if v.strip()]
+    try:
+        return tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise BenchError(f"{owner} setting {name!r} expects integers, got {value!r}") from None
+
+
+class Reid(Task):
+    """Regular and centroid-based person re-identification on one dataset."""
+
+    metrics: ClassVar[dict[str, bool]] = {
+        **{f"{m}_{kind}": True for kind in KINDS for m in ("map", *(f"rank{r}" for r in RANKS))},
+        "map_regular_on_centroids": True,
+        "rank1_regular_on_centroids": True,
+        "map_centroid_on_images": True,
+        "rank1_centroid_on_images": True,
+        "chance_map_images": True,
+        "chance_map_centroids": True,
+    }
+    primary: ClassVar[str] = "map_centroid"
+    attacks: ClassVar[tuple[str, ...]] = ("attribute_inference",)
+
+    def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
+        super().__init__(profile, overrides)
+        values = load_preset("tasks", self.name, profile)
+        values.update(self.overrides)
+        owner = f"task {self.name!r}"
+        for key in ("input_size", "lr_steps"):
+            if key in values:
+                values[key] = _int_tuple(values[key], key, owner)
+        self.config: ReidConfig = build_config(ReidConfig, values, owner)
+        cfg = self.config
+        if cfg.arch not in ARCHS:
+            raise BenchError(f"{owner}: unknown arch {cfg.arch!r} (available: {', '.join(ARCHS)})")
+        if len(cfg.input_size) != 2 or min(cfg.input_size) < 16:
+            raise BenchError(f"{owner}: input_size must be (h, w) with sides >= 16, got {cfg.input_size!r}")
+        if cfg.p < 2 or cfg.k < 2:
+            raise BenchError(f"{owner}: batch-hard losses need p >= 2 and k >= 2, got p={cfg.p}, k={cfg.k}")
+        check_weights(cfg.weights, owner)
+
+    def data_options(self) -> dict[str, Any]:
+        """Returns the loader options of this profile."""
+        return dict(self.config.data)
+
+    def config_dict(self) -> dict[str, Any]:
+        """Returns the resolved profile settings."""
+        return asdict(self.config)
+
+    def evaluate(self, clean: Splits, released: Release, ctx: RunContext) -> dict[str, float]:
+        """Trains (or reuses) both models on the released training split; ranks released queries."""
+        splits = released.splits
+        data_key = ("clean", clean.fingerprint) if released.is_clean else ("release", released.key)
+        query, gallery = splits["query"], splits["gallery"]
+        for split in (query, gallery):
+            if split.cams is None:
+                raise BenchError(f"task {self.name!r}: dataset {clean.dataset!r} has no camera ids")
+
+        def centroids_of(g_feat: torch.Tensor) -> CentroidGallery:
+            return build_centroids(g_feat, gallery.labels, gallery.cams, query.labels, query.cams,
+                                   self.config.keep_distractors)
+
+        out: dict[str, float] = {}
+        for kind in KINDS:
+            with cpu_threads(self.config.threads):
+                model = self._model(kind, splits["train"], data_key, ctx)
+                q_feat = self._embed(model, query, ctx)
+                g_feat = self._embed(model, gallery, ctx)
+            on_images = rank_images(q_feat, g_feat, query, gallery)
+            on_centroids = evaluate_centroids(q_feat, query.labels, query.cams, centroids_of(g_feat))
+            own, other = (on_images, on_centroids) if kind == "regular" else (on_centroids, on_images)
+            cmc, mean_ap = own
+            out[f"map_{kind}"] = mean_ap
+            out.update({f"rank{r}_{kind}": float(cmc[min(r, len(cmc)) - 1]) for r in RANKS})
+            suffix = "on_centroids" if kind == "regular" else "on_images"
+            out[f"map_{kind}_{suffix}"] = other[1]
+            out[f"rank1_{kind}_{suffix}"] = float(other[0][0])
+        out.update(self._chance(query, gallery, centroids_of, ctx.seed))
+        return out
+
+    def _chance(
+        self, query: ImageSet, gallery: ImageSet, centroids_of: Callable[[torch.Tensor], CentroidGallery], seed: int
+    ) -> dict[str, float]:
+        """Mean mAP of random embeddings (a ranking that ignores the images), per gallery kind."""
+        g = make_generator(seed, self.name, "chance")
+        images, centroids = [], []
+        for _ in range(CHANCE_DRAWS):
+            q_feat = torch.randn(len(query), 8, generator=g)
+            g_feat = torch.randn(len(gallery), 8, generator=g)
+            images.append(rank_images(q_feat, g_feat, query, gallery)[1])
+            centroids.append(evaluate_centroids(q_feat, query.labels, query.cams, centroids_of(g_feat))[1])
+        return {"chance_map_images": sum(images) / len(images), "chance_map_centroids": sum(centroids) / len(centroids)}
+
+    def _embed(self, model: torch.nn.Module, split: ImageSet, ctx: RunContext) -> torch.Tensor:
+        return embed(model, prepare(split.images, self.config.input_size, ctx.device), batch=256).cpu()
+
+    def _model(self, kind: str, train: ImageSet, data_key: tuple, ctx: RunContext) -> torch.nn.Module:
+        cfg = self.config
+        ids, classes = torch.unique(train.labels, return_inverse=True)
+        key = ("reid-model", MODEL_VERSION, kind, data_key, cfg.training_part(kind), ctx.seed, str(ctx.device.type))
+
+        def build() -> torch.nn.Module:
+            torch.manual_seed(derive_seed(ctx.seed, self.name, kind, "init"))
+            return ReidNet(cfg.arch, len(ids), cfg.weights, cfg.last_stride).to(ctx.device)
+
+        def train_fn(model: torch.nn.Module) -> dict[str, Any]:
+            ctx.log(f"training the {kind} reID model ({cfg.arch}, {len(ids)} identities, {content_key(*key)[:8]})")
+            seed = derive_seed(ctx.seed, self.name, kind, "train")
+            return train_reid(model, train.images, classes, cfg, ctx, seed, centroid=kind == "centroid")
+
+        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
+        return model.to(ctx.device)
+
+
+def rank_images(q_feat: torch.Tensor, g_feat: torch.Tensor, query: ImageSet, gallery: ImageSet) -> tuple[torch.Tensor, float]:
+    """Ranks gallery images by the Euclidean distance of L2-normalised embeddings.
+
+    Returns:
+        The CMC curve and the mAP under the standard protocol.
+    """
+    dist = torch.cdist(F.normalize(q_feat.float(), dim=1), F.normalize(g_feat.float(), dim=1))
+    return evaluate_rank(dist, query.labels, gallery.labels, query.cams, gallery.cams)
+
+
+def learning_rate(cfg: ReidConfig, epoch: int) -> float:
+    """Returns the learning rate of an epoch: linear warm-up from lr / 10, then step decay."""
+    if epoch < cfg.warmup_epochs:
+        return cfg.lr * (0.1 + 0.9 * epoch / cfg.warmup_epochs)
+    return cfg.lr * cfg.lr_gamma ** sum(epoch >= step for step in cfg.lr_steps)
+
+
+def train_reid(
+    model: ReidNet,
+    images: torch.Tensor,
+    classes: torch.Tensor,
+    cfg: ReidConfig,
+    ctx: RunContext,
+    seed: int,
+    centroid: bool,
+) -> dict[str, Any]:
+    """Trains a reID network on PK batches with Adam.
+
+    The loss is label-smoothed cross-entropy on the BNNeck logits plus the batch-hard
+    triplet loss on the pooled features, plus the Centroid Triplet Loss for the centroid
+    model.
+
+    Args:
+        model: The network (on ``ctx.device``), trained in place.
+        images: uint8 training images [N, C, H, W].
+        classes: Identity index of each image (0 .. num_classes - 1).
+        cfg: The profile's settings.
+        ctx: The run's context.
+        seed: Seed of the batches and augmentations.
+        centroid: Add the Centroid Triplet Loss.
+
+    Returns:
+        Facts about the training (steps, mean losses of the last epoch, seconds).
+    """
+    started = time.perf_counter()
+    g = torch.Generator().manual_seed(seed)
+    sampler = PKSampler(classes, cfg.p, cfg.k, g)
+    optimiser = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    model.train()
+    steps, last = 0, {}
+    for epoch in ctx.progress(range(cfg.epochs), total=cfg.epochs, desc="reID epochs"):
+        for group in optimiser.param_groups:
+            group["lr"] = learning_rate(cfg, epoch)
+        sums = {"ce": 0.0, "triplet": 0.0, "ctl": 0.0}
+        batches = 0
+        for batch in sampler.epoch():
+            x = augment(to_input(images[batch], cfg.input_size, ctx.device), g, pad=cfg.pad, erasing=cfg.erasing)
+            y = classes[batch].to(ctx.device)
+            features, logits = model(x)
+            ce = F.cross_entropy(logits, y, label_smoothing=cfg.label_smoothing)
+            triplet = batch_hard_triplet_loss(features, y, cfg.margin)
+            loss = ce + triplet
+            if centroid:
+                ctl = centroid_triplet_loss(features, y, cfg.ctl_margin, squared=cfg.ctl_squared)
+                loss = loss + ctl
+                sums["ctl"] += ctl.item()
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            optimiser.step()
+            sums["ce"] += ce.item()
+            sums["triplet"] += triplet.item()
+            batches += 1
+        steps += batches
+        last = {name: value / max(batches, 1) for name, value in sums.items()}
+    model.eval()
+    return {"steps": steps, "last_epoch_losses": last, "seconds": time.perf_counter() - started}
+
+
+@register_task("reid_synth_persons")
+class ReidSynthPersons(Reid):
+    """Person reID on the synthetic pedestrians (a stand-in for Market-1501)."""
+
+    dataset = "synth_persons"
+    description = "regular (softmax + triplet) and centroid (CTL) ResNet reID on synthetic pedestrians; mAP, CMC"
+
+
+@register_task("reid_market1501")
+class ReidMarket1501(Reid):
+    """Person reID on Market-1501 under the standard protocol."""
+
+    dataset = "market1501"
+    description = "regular (softmax + triplet) and centroid (CTL) ResNet reID on Market-1501; mAP, CMC"

@@ -1,0 +1,103 @@
+"""The reID benchmarks end to end through ``bench run`` on the smoke profile."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.cli import main
+from fixtures.reid_fixtures import write_fairface, write_market1501
+
+REID_METRICS = [f"{m}_{kind}" for kind in ("regular", "centroid") for m in ("map", "rank1", "rank5", "rank10")]
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _result(capsys, out: str, results) -> dict:
+    line = next(line for line in out.splitlines() if line.startswith("logged: MLflow run "))
+    code, raw, err = _run(capsys, "show", line.split()[3], "--json", "--results-dir", str(results))
+    assert code == 0, err
+    return json.loads(raw)
+
+
+def _bench_run(capsys, tmp_path, cache, task: str, mechanism: str, *extra: str) -> dict:
+    results = tmp_path / "results"
+    code, out, err = _run(capsys, "run", "--task", task, "--mechanism", mechanism, "--profile", "smoke",
+                          "--device", "cpu", "--results-dir", str(results), "--cache-dir", str(cache), "-q", *extra)
+    assert code == 0, err
+    return _result(capsys, out, results) | {"_printed": out}
+
+
+def test_reid_synth_persons_runs_both_models_and_the_gender_adversary(capsys, tmp_path, shared_cache):
+    data = _bench_run(capsys, tmp_path, shared_cache, "reid_synth_persons", "image_dp",
+                      "--param", "epsilon=1000000", "--param", "block=2", "--param", "colours=32")
+    assert "utility.map_centroid *" in data["_printed"]
+    assert data["primary_metric"] == "map_centroid"
+    utility = data["utility"]
+    for name in REID_METRICS + ["map_regular_on_centroids", "map_centroid_on_images", "chance_map_images"]:
+        assert 0.0 <= utility[name] <= 1.0, name
+    for kind in ("regular", "centroid"):
+        assert utility[f"rank1_{kind}"] <= utility[f"rank5_{kind}"] <= utility[f"rank10_{kind}"]
+    attack = data["attacks"]["attribute_inference"]
+    assert {"acc_gender", "clean_acc_gender", "majority_gender", "acc", "acc_clean", "chance"} <= set(attack)
+    assert attack["acc"] == attack["acc_gender"] and attack["chance"] == attack["majority_gender"]
+    assert 0.5 <= attack["majority_gender"] <= 1.0
+    assert 0.0 <= data["privacy"]["attribute_inference"] <= 1.0
+    assert data["claim"]["unit"] == "any image of this size"
+
+
+def test_identity_release_reuses_the_clean_models_and_repeats_exactly(capsys, tmp_path, shared_cache):
+    first = _bench_run(capsys, tmp_path / "a", shared_cache, "reid_synth_persons", "identity")
+    again = _bench_run(capsys, tmp_path / "b", shared_cache, "reid_synth_persons", "identity")
+    assert first["utility"] == again["utility"] and first["attacks"] == again["attacks"]
+    attack = first["attacks"]["attribute_inference"]
+    assert attack["acc_gender"] == attack["clean_acc_gender"]
+    assert first["privacy"]["attribute_inference"] == 0.0 or attack["clean_acc_gender"] <= attack["majority_gender"]
+
+
+def test_reid_market1501_reads_the_official_layout(capsys, tmp_path):
+    root = tmp_path / "data"
+    write_market1501(root, cams=2)
+    data = _bench_run(capsys, tmp_path, tmp_path / "cache", "reid_market1501", "identity", "--data-root", str(root),
+                      "--set", "task.p=2", "--set", "task.k=2")
+    assert data["dataset"] == "market1501" and not data["synthetic"]
+    assert 0.0 <= data["utility"]["map_centroid"] <= 1.0
+    assert data["attacks"]["attribute_inference"]["test_images_gender"] > 0
+
+
+def test_attributes_fairface_reports_fidelity_and_three_attributes(capsys, tmp_path):
+    root = tmp_path / "data"
+    write_fairface(root, n_train=24, n_val=12)
+    cache = tmp_path / "cache"
+    clean = _bench_run(capsys, tmp_path / "a", cache, "attributes_fairface", "identity", "--data-root", str(root))
+    assert clean["utility"]["ssim"] == pytest.approx(1.0) and clean["primary_metric"] == "ssim"
+    noisy = _bench_run(capsys, tmp_path / "b", cache, "attributes_fairface", "image_dp", "--data-root", str(root),
+                       "--param", "epsilon=1", "--param", "block=4", "--param", "colours=32")
+    assert noisy["utility"]["ssim"] < 0.9
+    attack = noisy["attacks"]["attribute_inference"]
+    for attr in ("gender", "age", "race"):
+        assert 0.0 <= attack[f"acc_{attr}"] <= 1.0 and 0.0 < attack[f"majority_{attr}"] <= 1.0
+    assert attack["acc"] == attack["acc_gender"]
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--set", "task.arch=resnet7"], "unknown arch"),
+        (["--set", "task.p=1"], "p >= 2"),
+        (["--set", "attribute_inference.arch=vgg"], "unknown arch"),
+        (["--set", "task.epochz=1"], "did you mean 'epochs'"),
+        (["--set", "task.weights=/nonexistent/resnet50.pth"], "never downloaded"),
+        (["--set", "attribute_inference.weights=/nonexistent/resnet50.pth"], "never downloaded"),
+    ],
+)
+def test_reid_configuration_errors_are_one_line_exit_2(capsys, tmp_path, extra, fragment):
+    code, out, err = _run(capsys, "run", "--task", "reid_synth_persons", "--mechanism", "identity", "--profile",
+                          "smoke", "--results-dir", str(tmp_path / "r"), "-q", *extra)
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
