@@ -9,8 +9,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 _STATE = ROOT / ".cache" / "test-home"
-for _var, _sub in (("MPLCONFIGDIR", "matplotlib"), ("TORCH_HOME", "torch"), ("HF_HOME", "huggingface")):
+for _var, _sub in (("MPLCONFIGDIR", "matplotlib"), ("TORCH_HOME", "torch"), ("HF_HOME", "huggingface"), ("HOME", "home")):
     os.environ[_var] = str(_STATE / _sub)
+    (_STATE / _sub).mkdir(parents=True, exist_ok=True)
+# Tools that write under the home directory (Ray's auth token, Chromium's profile) now
+# write under .cache/test-home/home; Ray must not phone home either.
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 os.environ["MLFLOW_TRACKING_URI"] = ""
 os.environ.pop("BENCH_DATA", None)
