@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.cells import content_key
-from bench.config import build_config, load_preset
+from bench.config import build_config
 from bench.datasets.base import ImageSet, Splits
 from bench.errors import BenchError
 from bench.interfaces import Attack, AttackOutcome, Release, RunContext
@@ -103,8 +103,7 @@ class AttributeInference(Attack):
 
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
         super().__init__(profile, overrides)
-        values = load_preset("attacks", "attribute_inference", profile)
-        values.update(self.overrides)
+        values = self.settings()
         owner = "attack 'attribute_inference'"
         for key in ("attributes", "test_splits"):
             if key in values:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench.config import build_config, load_preset
+from bench.config import build_config
 from bench.datasets.base import ImageSet, Splits
 from bench.interfaces import Attack, AttackOutcome, Release, RunContext
 from bench.modelcache import cached_model
@@ -61,8 +61,7 @@ class FaceReid(Attack):
 
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
         super().__init__(profile, overrides)
-        values = load_preset("attacks", "face_reid", profile)
-        values.update(self.overrides)
+        values = self.settings()
         self.config: FaceReidConfig = build_config(FaceReidConfig, values, "attack 'face_reid'")
 
     def config_dict(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 
+from bench.config import load_preset
 from bench.datasets.base import ImageSet, Splits
 from bench.errors import BenchError
 from bench.params import Param, ParamSpace
@@ -198,10 +199,21 @@ class _Configurable(abc.ABC):
     metrics: ClassVar[dict[str, bool]] = {}
     primary: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    preset_package: ClassVar[str] = ""
 
     def __init__(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None):
         self.profile = profile
         self.overrides = dict(overrides or {})
+
+    def settings(self) -> dict[str, Any]:
+        """Returns the profile's preset (``<package>/presets/<name>.yaml``) updated by the overrides.
+
+        Raises:
+            BenchError: The preset has no such profile.
+        """
+        values = load_preset(self.preset_package, self.name, self.profile)
+        values.update(self.overrides)
+        return values
 
 
 class Task(_Configurable):
@@ -216,6 +228,7 @@ class Task(_Configurable):
 
     dataset: ClassVar[str] = ""
     attacks: ClassVar[tuple[str, ...]] = ()
+    preset_package: ClassVar[str] = "tasks"
 
     @abc.abstractmethod
     def data_options(self) -> dict[str, Any]:
@@ -269,6 +282,8 @@ def privacy_score(value: float, clean: float, chance: float) -> float:
 
 class Attack(_Configurable):
     """An adversary: sees the clean data its threat model allows and the release."""
+
+    preset_package: ClassVar[str] = "attacks"
 
     @abc.abstractmethod
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 
 from bench.cells import content_key
-from bench.config import build_config, load_preset
+from bench.config import build_config
 from bench.datasets.base import ImageSet, Splits
 from bench.interfaces import Release, RunContext, Task
 from bench.modelcache import cached_model
@@ -76,8 +76,7 @@ class FewShot(Task):
 
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
         super().__init__(profile, overrides)
-        values = load_preset("tasks", self.name, profile)
-        values.update(self.overrides)
+        values = self.settings()
         self.config: FewShotConfig = build_config(FewShotConfig, values, f"task {self.name!r}")
         if self.config.encoder != "conv4":
             from bench.errors import BenchError

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from bench.config import build_config, load_preset
+from bench.config import build_config
 from bench.datasets.base import Splits
 from bench.interfaces import Release, RunContext, Task
 from bench.registry import register_task
@@ -94,8 +94,7 @@ class Fidelity(Task):
 
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
         super().__init__(profile, overrides)
-        values = load_preset("tasks", self.name, profile)
-        values.update(self.overrides)
+        values = self.settings()
         self.config: FidelityConfig = build_config(FidelityConfig, values, f"task {self.name!r}")
 
     def data_options(self) -> dict[str, Any]:

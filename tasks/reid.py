@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.cells import content_key
-from bench.config import build_config, load_preset
+from bench.config import build_config
 from bench.datasets.base import ImageSet, Splits
 from bench.errors import BenchError
 from bench.interfaces import Release, RunContext, Task
@@ -135,8 +135,7 @@ class Reid(Task):
 
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
         super().__init__(profile, overrides)
-        values = load_preset("tasks", self.name, profile)
-        values.update(self.overrides)
+        values = self.settings()
         owner = f"task {self.name!r}"
         for key in ("input_size", "lr_steps"):
             if key in values:
