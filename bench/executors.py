@@ -19,10 +19,11 @@ import traceback
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from bench.errors import BenchError
 from bench.grid import Cell, CellOutcome
+from bench.locks import file_lock
 
 if TYPE_CHECKING:
     from bench.tracking import Tracker
@@ -164,34 +165,13 @@ def record_failure(tracker: "Tracker", cell: Cell, error: str, trace: str) -> No
         print(f"[bench] could not record the failure of {cell.label} in MLflow: {exc}", file=sys.stderr)
 
 
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Holds an exclusive POSIX lock on ``path`` (created if missing; released when the process dies)."""
-    try:
-        import fcntl
-    except ImportError:  # no POSIX locks: a grid still never logs a cell twice itself
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def cell_lock(cache_dir: Path, key: str):
     """Returns the lock of one cell: ``cache_dir/locks/<key>.lock``."""
     return file_lock(Path(cache_dir) / "locks" / f"{key}.lock")
 
 
 def open_tracker(results_dir: Path, uri: str | None) -> "Tracker":
-    """Returns a Tracker whose database and experiment exist, creating them under a lock.
-
-    Processes that start together on one results directory would otherwise race to
-    create MLflow's sqlite schema.
-    """
+    """Returns this process's Tracker of a results directory (one per directory and URI)."""
     return _tracker(str(results_dir), uri)
 
 
@@ -199,10 +179,7 @@ def open_tracker(results_dir: Path, uri: str | None) -> "Tracker":
 def _tracker(results_dir: str, uri: str | None) -> "Tracker":
     from bench.tracking import Tracker
 
-    with file_lock(Path(results_dir) / ".bench-init.lock"):
-        tracker = Tracker(Path(results_dir), uri)
-        _ = tracker.experiment_id
-    return tracker
+    return Tracker(Path(results_dir), uri)
 
 
 def _printer(prefix: str) -> Callable[[str], None]:

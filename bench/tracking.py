@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from bench.errors import BenchError
+from bench.locks import file_lock
 from bench.interfaces import Result
 
 EXPERIMENT = "privbench"
@@ -63,13 +64,19 @@ class Tracker:
 
         self.results_dir = Path(results_dir)
         self.uri = tracking_uri(self.results_dir, uri)
-        if self.uri.startswith("sqlite:///"):
-            database = Path(self.uri[len("sqlite:///"):])
-            if not create and not database.exists():
-                raise BenchError(f"no results database at {database} (run 'bench run' first or pass --results-dir)")
-            database.parent.mkdir(parents=True, exist_ok=True)
-        self.client = MlflowClient(tracking_uri=self.uri)
         self._experiment_id: str | None = None
+        if not self.uri.startswith("sqlite:///"):
+            self.client = MlflowClient(tracking_uri=self.uri)
+            return
+        database = Path(self.uri[len("sqlite:///"):])
+        if not create and not database.exists():
+            raise BenchError(f"no results database at {database} (run 'bench run' first or pass --results-dir)")
+        database.parent.mkdir(parents=True, exist_ok=True)
+        # Processes starting together on one results directory would otherwise race to
+        # create MLflow's sqlite schema and the experiment.
+        with file_lock(database.parent / ".bench-init.lock"):
+            self.client = MlflowClient(tracking_uri=self.uri)
+            _ = self.experiment_id
 
     @property
     def experiment_id(self) -> str:
