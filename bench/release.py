@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from bench import rng
 from bench.cells import content_key
 from bench.datasets._cache import atomic_save
 from bench.datasets.base import ImageSet, Splits
@@ -23,7 +24,7 @@ RELEASE_FORMAT = 2
 def release_key(splits: Splits, mechanism: Mechanism, seed: int, boxes: str = "dataset") -> str:
     """Returns the content key of (data, mechanism, version, params, seed, box source)."""
     m = type(mechanism)
-    parts = ["release", RELEASE_FORMAT, splits.fingerprint, m.name, m.version, mechanism.config, seed]
+    parts = ["release", RELEASE_FORMAT, rng.VERSION, splits.fingerprint, m.name, m.version, mechanism.config, seed]
     if m.uses_boxes and boxes != "dataset":
         parts.append(boxes)
     return content_key(*parts)

@@ -23,6 +23,7 @@ from bench.config import PROFILES
 from bench.datasets.base import Splits, load_dataset
 from bench.errors import BenchError
 from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
+from bench.kernels import backend as kernel_backend
 from bench.registry import attacks as attack_registry
 from bench.registry import mechanisms as mechanism_registry
 from bench.registry import tasks as task_registry
@@ -173,7 +174,8 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         attacks={name: dict(o.metrics) for name, o in outcomes.items()}, privacy=privacy,
         privacy_score=min(privacy.values()) if privacy else None,
         claim=release.claim.to_dict() if release.claim else None,
-        runtime_s=time.perf_counter() - started, versions=versions(), git_sha=git_sha(),
+        runtime_s=time.perf_counter() - started, versions={**versions(), "kernels": kernel_backend(plan_.device)},
+        git_sha=git_sha(),
         dataset_fingerprint=clean.fingerprint, synthetic=clean.synthetic, device=str(plan_.device),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         release_metrics=dict(release.metrics),

@@ -1,19 +1,54 @@
 """Per-image random streams.
 
 A mechanism draws its randomness from a :class:`Streams` object that holds one seed per
-image. Image ``i``'s draws depend only on its own seed, so a batch gives the same output
-as its images one at a time: the property the conformance suite checks.
+image. Image ``i``'s draws are counter-based (:mod:`bench.rng`): value ``k`` of a draw is a
+fixed function of image ``i``'s seed and ``k``, so a batch gives the same output as its
+images one at a time (the property the conformance suite checks), draws for a whole batch
+are one vectorised kernel (:mod:`bench.kernels`), and the integers behind the values are
+the same on every device.
+
+Draws are stateless: two draws of the same shape from the same streams return the same
+values. A mechanism that needs several independent draws takes them from
+:meth:`Streams.derive`.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import math
+from typing import Sequence
 
 import torch
 
-from bench.seeding import image_seeds
+from bench import rng
+from bench.kernels import Kernel, kernel
+from bench.seeding import derive_seed, image_seeds
 
-_LAPLACE_EDGE = 0.5 - 2.0**-54
+_MASK63 = (1 << 63) - 1
+
+
+@kernel
+def _uniform24(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    return rng.uniform(rng.words(seeds, counters), torch.float32)
+
+
+@kernel
+def _uniform53(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    return rng.uniform(rng.words(seeds, counters), torch.float64)
+
+
+@kernel
+def _normal(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    return rng.normal(rng.words(seeds, counters))
+
+
+@kernel
+def _laplace(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    return rng.laplace(rng.words(seeds, counters))
+
+
+@kernel
+def _integers(seeds: torch.Tensor, counters: torch.Tensor, high: int) -> torch.Tensor:
+    return rng.integers(rng.words(seeds, counters), high)
 
 
 class Streams:
@@ -55,28 +90,35 @@ class Streams:
         """Returns the same streams drawing on another device."""
         return Streams(self.seeds, device)
 
-    def _draw(self, shape: Sequence[int], dtype: torch.dtype, fill: Callable[[torch.Tensor, torch.Generator], None]) -> torch.Tensor:
-        out = torch.empty((len(self), *shape), dtype=dtype, device=self.device)
-        gen = torch.Generator(device=self.device)
-        for i, seed in enumerate(self.seeds.tolist()):
-            gen.manual_seed(seed)
-            fill(out[i], gen)
-        return out
+    def derive(self, purpose: str) -> "Streams":
+        """Returns independent streams for another draw of the same images.
+
+        Args:
+            purpose: Names the draw, e.g. ``"mask"``; equal purposes give equal streams.
+        """
+        return Streams(rng.mix64(self.seeds ^ derive_seed(0, "streams", purpose)) & _MASK63, self.device)
+
+    def _draw(self, fn: Kernel, shape: Sequence[int], *extra: int) -> torch.Tensor:
+        shape = tuple(int(d) for d in shape)
+        count = math.prod(shape)
+        seeds = self.seeds.to(self.device)
+        run = fn.eager if len(self) == 0 or count == 0 else fn
+        return run(seeds, rng.counters_for(count, self.device), *extra).reshape(len(self), *shape)
 
     def uniform(self, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Draws U[0, 1) values: a tensor [N, *shape]."""
-        return self._draw(shape, dtype, lambda t, g: t.uniform_(0.0, 1.0, generator=g))
+        """Draws U[0, 1) values: a tensor [N, *shape] (24-bit, or 53-bit for float64)."""
+        if dtype == torch.float64:
+            return self._draw(_uniform53, shape)
+        return self._draw(_uniform24, shape).to(dtype)
 
     def normal(self, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Draws standard normal values: a tensor [N, *shape]."""
-        return self._draw(shape, dtype, lambda t, g: t.normal_(0.0, 1.0, generator=g))
+        """Draws standard normal values by Box-Muller (:func:`bench.rng.normal`): [N, *shape]."""
+        return self._draw(_normal, shape).to(dtype)
 
     def laplace(self, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Draws Laplace(0, 1) values by inverting the CDF of a float64 uniform: [N, *shape]."""
-        u = self.uniform(shape, torch.float64) - 0.5
-        u = u.clamp_(-_LAPLACE_EDGE, _LAPLACE_EDGE)
-        return (-torch.sign(u) * torch.log1p(-2.0 * u.abs())).to(dtype)
+        """Draws Laplace(0, 1) values from a sign bit and a 53-bit exponential: [N, *shape]."""
+        return self._draw(_laplace, shape).to(dtype)
 
     def integers(self, high: int, shape: Sequence[int]) -> torch.Tensor:
         """Draws integers uniform in [0, high): an int64 tensor [N, *shape]."""
-        return self._draw(shape, torch.int64, lambda t, g: t.random_(0, high, generator=g))
+        return self._draw(_integers, shape, int(high))

@@ -2,6 +2,7 @@
 
     python benchmarks/mechanisms.py                       # 1,000 images of 3x128x64 and 3x224x224
     python benchmarks/mechanisms.py --sizes 128x64 --threads 1 --repeats 9
+    python benchmarks/mechanisms.py --device cuda --n 10000   # batches on a GPU
 
 For every mechanism and image size it prints images per second of
 
@@ -11,6 +12,8 @@ For every mechanism and image size it prints images per second of
   image at a time, a Python loop over cells), timed on ``--ref-images`` images;
 * ``PIL``: Pillow, one image at a time, where Pillow has the operation;
 * ``copy``: ``images.clone()`` of the batch, the memory-bandwidth ceiling;
+
+(``torch`` and ``copy`` run on ``--device``; the per-image baselines always on the CPU)
 
 and the ratios ``torch/ref``, ``torch/PIL`` and ``time/copy`` (how many plain copies of
 the batch one mechanism call costs). Speed is measured here, never asserted in tests.
@@ -37,6 +40,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter
 
+from bench.kernels import backend as kernel_backend
 from bench.registry import mechanisms
 from bench.streams import Streams
 from bench.testing.mechanisms import synthetic_boxes
@@ -166,13 +170,19 @@ def baselines(name: str, p: dict) -> Baselines:
 # --- timing -----------------------------------------------------------------------------
 
 
-def timed(fn: Callable[[], object], repeats: int) -> float:
-    """Returns the median wall time of ``repeats`` calls after one warm-up call."""
+def timed(fn: Callable[[], object], repeats: int, device: torch.device = torch.device("cpu")) -> float:
+    """Returns the median wall time of ``repeats`` calls after one warm-up call.
+
+    On CUDA every call is timed up to the end of its kernels.
+    """
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     fn()
+    sync()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -205,20 +215,23 @@ class Row:
     copies: float
 
 
-def bench_size(names: list[str], n: int, c: int, h: int, w: int, repeats: int, ref_images: int) -> list[Row]:
+def bench_size(
+    names: list[str], n: int, c: int, h: int, w: int, repeats: int, ref_images: int, device: torch.device
+) -> list[Row]:
     """Benchmarks every mechanism on one batch size."""
-    images = make_batch(n, c, h, w)
+    cpu_images = make_batch(n, c, h, w)
+    images = cpu_images.to(device)
     boxes = synthetic_boxes(n, h, w)
-    streams = Streams.for_images(0, "benchmark", n)
-    copy_time = timed(lambda: images.clone(), max(repeats, 9))
-    subset = images[:ref_images].permute(0, 2, 3, 1).numpy()
+    streams = Streams.for_images(0, "benchmark", n, device=device)
+    copy_time = timed(lambda: images.clone(), max(repeats, 9), device)
+    subset = cpu_images[:ref_images].permute(0, 2, 3, 1).numpy()
     sub_boxes = [b.tolist() for b in boxes[:ref_images]]
     rows = []
     for name in names:
         params = SETTINGS.get(name, {})
         mech = mechanisms.get(name)(**params)
         use = boxes if mech.uses_boxes else None
-        seconds = timed(lambda: mech.apply(images, generator=streams, boxes=use), repeats)
+        seconds = timed(lambda: mech.apply(images, generator=streams, boxes=use), repeats, device)
         base = baselines(name, params)
         rng = np.random.default_rng(0)
         ref = per_image_rate(lambda x, bx: base.ref(x, bx, rng), subset, sub_boxes) if base.ref else None
@@ -258,6 +271,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ref-images", type=int, default=20, help="images the per-image baselines are timed on")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--mechanisms", nargs="+", default=list(SETTINGS), help="mechanisms to run")
+    p.add_argument("--device", default="cpu", help="device the batches run on (cpu, cuda, cuda:N)")
     return p.parse_args(argv)
 
 
@@ -265,12 +279,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.2f}; batch {args.n}; per-image baselines on {args.ref_images} images")
+          f"load {os.getloadavg()[0]:.2f}; batch {args.n} on {where} ({kernel_backend(device)} kernels); "
+          f"per-image baselines on {args.ref_images} images")
     rows = []
     for size in args.sizes:
         h, w = (int(v) for v in size.lower().split("x"))
-        rows += bench_size(args.mechanisms, args.n, 3, h, w, args.repeats, args.ref_images)
+        rows += bench_size(args.mechanisms, args.n, 3, h, w, args.repeats, args.ref_images, device)
     print(format_table(rows))
     return 0
 

@@ -15,7 +15,6 @@ import torch
 
 from bench.streams import Streams
 
-_LAPLACE_EDGE = 0.5 - 2.0**-54
 _BLUR_PASSES = 3
 _WORDS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 _BYTE_REPEAT = {2: 0x0101, 4: 0x01010101, 8: 0x0101010101010101}
@@ -191,26 +190,18 @@ def to_uint8(values: torch.Tensor) -> torch.Tensor:
     return values.add_(0.5).clamp_(0.0, 255.0).to(torch.uint8)
 
 
-def laplace(generator: Streams, shape: Sequence[int], device: torch.device | str) -> torch.Tensor:
-    """Draws Laplace(0, 1) values, exactly ``generator.laplace(shape)``, with fewer passes.
+def draws_by_default(generator: Streams, method: str) -> bool:
+    """True when ``generator``'s ``method`` is Streams' own, so a fused kernel may draw in its place.
 
-    Streams subclasses that override ``laplace`` are honoured as they are.
-
-    Args:
-        generator: One stream per image.
-        shape: Shape drawn per image.
-        device: Where the returned values live.
-
-    Returns:
-        float32 tensor [N, *shape] on ``device``.
+    A fused kernel draws exactly what the method would (:mod:`bench.rng`); a Streams
+    subclass that overrides the method is honoured by calling it instead.
     """
-    if type(generator).laplace is not Streams.laplace:
-        return generator.laplace(shape).to(device)
-    u = generator.uniform(shape, torch.float64)
-    u.sub_(0.5).clamp_(-_LAPLACE_EDGE, _LAPLACE_EDGE)
-    magnitude = u.abs().mul_(-2.0).log1p_().neg_()
-    out = torch.empty(u.shape, dtype=torch.float32, device=u.device)
-    return torch.copysign(magnitude, u, out=out).to(device)
+    return getattr(type(generator), method) is getattr(Streams, method)
+
+
+def image_counters(shape: torch.Size | tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """Returns the word index of every value of one image, as ``Streams`` draws them: int64 [*shape]."""
+    return torch.arange(math.prod(shape), dtype=torch.int64, device=device).view(shape)
 
 
 def pil_box_radius(radius: float, passes: int = _BLUR_PASSES) -> np.float32:

@@ -16,7 +16,7 @@ from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, RunCont
 from bench.registry import register_mechanism
 from bench.seeding import derive_seed
 from mechanisms._dp import latent_scale
-from mechanisms._ops import laplace, to_uint8
+from mechanisms._ops import to_uint8
 
 _BATCH = 256
 _SMALL_STEP_VALUES = 1 << 18
@@ -230,7 +230,7 @@ class DPLatent(Mechanism):
         """Clips latents [N, d], adds the per-component Laplace noise and clips again."""
         lower, upper = self.lower.to(latents.device), self.upper.to(latents.device)
         scale = latent_scale(lower, upper, self.config["epsilon"])
-        noise = laplace(generator, (latents.shape[1],), latents.device).to(latents.dtype)
+        noise = generator.laplace((latents.shape[1],), latents.dtype).to(latents.device)
         noisy = torch.maximum(torch.minimum(latents, upper), lower).addcmul_(noise, scale)
         return torch.maximum(torch.minimum(noisy, upper), lower)
 

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import torch
 
+from bench import rng
 from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
+from bench.kernels import kernel
 from bench.registry import register_mechanism
 from mechanisms._dp import dp_pix_scale
-from mechanisms._ops import cell_means, fill_cells, laplace, to_uint8
+from mechanisms._ops import cell_means, draws_by_default, fill_cells, image_counters, to_uint8
+
+
+@kernel
+def _noisy_cells(means: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+    """One pass: the draws of ``Streams.laplace``, scaled per cell, added, rounded, clipped."""
+    noise = rng.laplace(rng.words(seeds, image_counters(means.shape[1:], means.device))).to(torch.float32)
+    return (means + noise * scale).add(0.5).clamp(0.0, 255.0).to(torch.uint8)
 
 
 @register_mechanism("dp_pix")
@@ -42,8 +51,11 @@ class DPPix(Mechanism):
         _, channels, height, width = images.shape
         means, counts = cell_means(images, block)
         scale = (self.noise_scale(channels) * block * block) / counts.to(torch.float32)
-        means.addcmul_(laplace(generator, means.shape[1:], images.device), scale)
-        return fill_cells(to_uint8(means), block, height, width)
+        if len(images) and draws_by_default(generator, "laplace"):
+            cells = _noisy_cells(means, scale, generator.seeds.to(images.device))
+        else:
+            cells = to_uint8(means.addcmul_(generator.laplace(means.shape[1:]).to(images.device), scale))
+        return fill_cells(cells, block, height, width)
 
     def claim(self) -> PrivacyClaim:
         """Returns epsilon-DP for images that differ in at most m pixels."""

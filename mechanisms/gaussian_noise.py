@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import torch
 
+from bench import rng
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
+from bench.kernels import kernel
 from bench.registry import register_mechanism
-from mechanisms._ops import to_uint8
+from mechanisms._ops import draws_by_default, image_counters, to_uint8
+
+
+@kernel
+def _add_noise(images: torch.Tensor, seeds: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """One pass: the draws of ``Streams.normal``, scaled, added, rounded half up, clipped."""
+    noise = rng.normal(rng.words(seeds, image_counters(images.shape[1:], images.device)))
+    return (images.to(torch.float32) + noise * sigma).add(0.5).clamp(0.0, 255.0).to(torch.uint8)
 
 
 @register_mechanism("gaussian_noise")
@@ -27,5 +36,8 @@ class GaussianNoise(Mechanism):
     ) -> torch.Tensor:
         """Returns the noisy batch."""
         self.check_inputs(images, generator)
+        if len(images) and draws_by_default(generator, "normal"):
+            sigma = torch.tensor(self.config["sigma"], dtype=torch.float32, device=images.device)
+            return _add_noise(images, generator.seeds.to(images.device), sigma)
         noise = generator.normal(images.shape[1:]).to(images.device)
         return to_uint8(torch.add(images, noise, alpha=self.config["sigma"], out=noise))

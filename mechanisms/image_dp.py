@@ -7,7 +7,7 @@ import torch
 from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
 from bench.registry import register_mechanism
 from mechanisms._dp import image_dp_epsilon_factor, image_dp_levels, image_dp_scale
-from mechanisms._ops import fill_cells, laplace, rounded_cell_means
+from mechanisms._ops import fill_cells, rounded_cell_means
 
 
 @register_mechanism("image_dp")
@@ -53,7 +53,7 @@ class ImageDP(Mechanism):
         height, width = images.shape[-2:]
         levels = torch.div(rounded_cell_means(images, block), colours, rounding_mode="floor")
         if self.config["epsilon"] is not None:
-            noise = laplace(generator, levels.shape[1:], images.device)
+            noise = generator.laplace(levels.shape[1:]).to(images.device)
             noisy = noise.mul_(self.noise_scale(height, width)).add_(levels)
             levels = noisy.add_(0.5).floor_().clamp_(0, self.levels - 1)
         values = levels.to(torch.int32) * colours + colours // 2

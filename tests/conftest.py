@@ -9,7 +9,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 _STATE = ROOT / ".cache" / "test-home"
-for _var, _sub in (("MPLCONFIGDIR", "matplotlib"), ("TORCH_HOME", "torch"), ("HF_HOME", "huggingface"), ("HOME", "home")):
+for _var, _sub in (
+    ("MPLCONFIGDIR", "matplotlib"),
+    ("TORCH_HOME", "torch"),
+    ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+    ("HF_HOME", "huggingface"),
+    ("HOME", "home"),
+):
     os.environ[_var] = str(_STATE / _sub)
     (_STATE / _sub).mkdir(parents=True, exist_ok=True)
 # Tools that write under the home directory (Ray's auth token, Chromium's profile) now

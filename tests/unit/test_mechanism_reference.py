@@ -216,11 +216,6 @@ def test_dp_pix_scale_formula_is_used():
     assert str(mech.claim()) == "epsilon=3 [m-pixel (m=1)]"
 
 
-def test_fast_laplace_equals_streams_laplace():
-    gen = streams(5)
-    assert torch.equal(_ops.laplace(gen, (3, 4, 2), "cpu"), gen.laplace((3, 4, 2)))
-
-
 def test_mechanisms_reject_non_uint8_and_wrong_stream_count():
     mech = make("dp_pix")
     with pytest.raises(BenchError, match="uint8"):

@@ -1,0 +1,106 @@
+"""Fused kernels: ``torch.compile`` where it works, the same code run eagerly where not.
+
+The random draws and the noise-adding mechanisms are elementwise code over whole
+batches. Compiled (Inductor: C++/OpenMP on CPU, Triton on CUDA) they run as one pass
+over memory; eagerly, every operation is a pass of its own, which is several times
+slower on CPU but gives the same integers and floats equal to within an ulp or two.
+
+``BENCH_COMPILE`` chooses: ``auto`` (default) compiles and falls back to eager for a
+device type whose compiler fails (no C++ compiler, no Triton), with one warning; ``1``
+compiles and lets a failure raise; ``0`` never compiles.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from bench.errors import BenchError
+
+ENV = "BENCH_COMPILE"
+_MODES = ("auto", "0", "1")
+_failed: dict[str, str] = {}
+
+
+def _mode() -> str:
+    mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if mode not in _MODES:
+        raise BenchError(f"{ENV}={mode!r}: expected one of {', '.join(_MODES)}")
+    return mode
+
+
+def backend(device: torch.device | str) -> str:
+    """Returns how kernels run on a device: ``"compiled"`` or ``"eager"``."""
+    kind = torch.device(device).type
+    if _mode() == "0" or kind in _failed:
+        return "eager"
+    return "compiled"
+
+
+def _device_of(args: tuple[Any, ...]) -> str:
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            return arg.device.type
+    return "cpu"
+
+
+class Kernel:
+    """A tensor function run compiled when the device's compiler works, else eagerly.
+
+    Args:
+        fn: A function of tensors (and Python scalars that select its variant) made of
+            operations that Inductor can fuse.
+    """
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn = fn
+        self._compiled: Callable[..., Any] | None = None
+        functools.update_wrapper(self, fn)
+
+    def eager(self, *args: Any) -> Any:
+        """Runs the function without compiling it."""
+        return self.fn(*args)
+
+    def __call__(self, *args: Any) -> Any:
+        device = _device_of(args)
+        mode = _mode()
+        if mode == "0" or device in _failed:
+            return self.fn(*args)
+        if self._compiled is None:
+            self._compiled = torch.compile(self.fn, dynamic=True, fullgraph=True)
+        if mode == "1":
+            return self._run(args)
+        try:
+            return self._run(args)
+        except Exception as exc:  # noqa: BLE001 - any compiler failure falls back
+            result = self.fn(*args)
+            reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            _failed[device] = reason
+            warnings.warn(
+                f"torch.compile failed on {device} ({reason[:200]}); kernels run eagerly there "
+                f"(same integers, floats within an ulp, slower). Set {ENV}=0 to skip compiling.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return result
+
+    def _run(self, args: tuple[Any, ...]) -> Any:
+        # cpp_extension warns about a missing CUDA runtime on every CPU compile.
+        quiet = logging.getLogger("torch.utils.cpp_extension")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            assert self._compiled is not None
+            return self._compiled(*args)
+        finally:
+            quiet.setLevel(level)
+
+
+def kernel(fn: Callable[..., Any]) -> Kernel:
+    """Decorator: makes ``fn`` a :class:`Kernel`."""
+    return Kernel(fn)

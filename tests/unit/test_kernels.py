@@ -1,0 +1,88 @@
+"""Fused kernels: compiled and eager runs agree, and a broken compiler falls back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench import kernels, rng
+from bench.errors import BenchError
+from bench.registry import mechanisms
+from bench.streams import Streams
+
+
+@kernels.kernel
+def _words(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    return rng.words(seeds, counters)
+
+
+def test_compiled_words_are_the_eager_words_exactly():
+    seeds = Streams.for_images(0, "kernels", 33).seeds
+    counters = torch.arange(517)
+    assert kernels.backend("cpu") == "compiled"
+    assert torch.equal(_words(seeds, counters), _words.eager(seeds, counters))
+
+
+def test_compiled_draws_match_eager_to_float_precision(monkeypatch: pytest.MonkeyPatch):
+    streams = Streams.for_images(1, "kernels", 17)
+    compiled = (streams.normal((3, 40)), streams.laplace((3, 40), torch.float64), streams.uniform((3, 40)))
+    monkeypatch.setenv(kernels.ENV, "0")
+    assert kernels.backend("cpu") == "eager"
+    eager = (streams.normal((3, 40)), streams.laplace((3, 40), torch.float64), streams.uniform((3, 40)))
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(compiled[1], eager[1], rtol=1e-12, atol=1e-12)
+    assert torch.equal(compiled[2], eager[2])
+
+
+@pytest.mark.parametrize(("name", "params"), [("gaussian_noise", {"sigma": 40.0}), ("dp_pix", {"epsilon": 0.5, "block": 2})])
+def test_fused_mechanisms_match_their_eager_runs(monkeypatch: pytest.MonkeyPatch, name: str, params: dict):
+    images = torch.randint(0, 256, (12, 3, 30, 22), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    streams = Streams.for_images(2, "kernels", 12)
+    mech = mechanisms.get(name)(**params)
+    fused = mech.apply(images, generator=streams)
+    monkeypatch.setenv(kernels.ENV, "0")
+    eager = mech.apply(images, generator=streams)
+    diff = (fused.int() - eager.int()).abs()
+    assert int(diff.max()) <= 1 and float((diff > 0).float().mean()) < 1e-3
+
+
+class _Subclass(Streams):
+    def normal(self, shape, dtype=torch.float32):  # noqa: D102 - a plugin's own draws
+        return torch.zeros((len(self), *shape), dtype=dtype)
+
+
+def test_a_streams_subclass_is_honoured_instead_of_the_fused_draws():
+    images = torch.full((2, 3, 8, 8), 100, dtype=torch.uint8)
+    out = mechanisms.get("gaussian_noise")(sigma=50.0).apply(images, generator=_Subclass(torch.tensor([1, 2])))
+    assert torch.equal(out, images)
+
+
+def test_a_failing_compiler_falls_back_to_eager_with_one_warning(monkeypatch: pytest.MonkeyPatch):
+    def broken(fn, **kwargs):
+        def run(*args):
+            raise RuntimeError("no C++ compiler\nmore detail")
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setattr(kernels, "_failed", {})
+    fresh = kernels.Kernel(rng.words)
+    seeds, counters = torch.tensor([5, 6]), torch.arange(9)
+    with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
+        out = fresh(seeds, counters)
+    assert torch.equal(out, rng.words(seeds, counters))
+    assert kernels.backend("cpu") == "eager"
+    assert torch.equal(fresh(seeds, counters), out)
+
+
+def test_forced_compile_lets_the_failure_raise(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: (lambda *a: (_ for _ in ()).throw(RuntimeError("boom"))))
+    monkeypatch.setattr(kernels, "_failed", {})
+    monkeypatch.setenv(kernels.ENV, "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        kernels.Kernel(rng.words)(torch.tensor([1]), torch.arange(3))
+
+
+def test_a_bad_setting_is_a_user_error(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(kernels.ENV, "sometimes")
+    with pytest.raises(BenchError, match="BENCH_COMPILE"):
+        kernels.backend("cpu")
