@@ -101,9 +101,9 @@ def words(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     return mix64(state.view(view) + (counters + 1) * gamma.view(view))
 
 
-def counters_for(count: int, device: torch.device | str) -> torch.Tensor:
-    """Returns the word indices 0 .. count-1 of one image's draw."""
-    return torch.arange(count, dtype=torch.int64, device=device)
+def counters(shape: tuple[int, ...] | torch.Size, device: torch.device | str) -> torch.Tensor:
+    """Returns the word index of every value of one image's draw of ``shape``: 0, 1, ... in C order."""
+    return torch.arange(math.prod(shape), dtype=torch.int64, device=device).view(tuple(shape))
 
 
 def uniform(w: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

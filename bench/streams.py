@@ -100,10 +100,8 @@ class Streams:
 
     def _draw(self, fn: Kernel, shape: Sequence[int], *extra: int) -> torch.Tensor:
         shape = tuple(int(d) for d in shape)
-        count = math.prod(shape)
-        seeds = self.seeds.to(self.device)
-        run = fn.eager if len(self) == 0 or count == 0 else fn
-        return run(seeds, rng.counters_for(count, self.device), *extra).reshape(len(self), *shape)
+        run = fn.eager if len(self) == 0 or math.prod(shape) == 0 else fn
+        return run(self.seeds.to(self.device), rng.counters(shape, self.device), *extra)
 
     def uniform(self, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Draws U[0, 1) values: a tensor [N, *shape] (24-bit, or 53-bit for float64)."""

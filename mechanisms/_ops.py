@@ -199,11 +199,6 @@ def draws_by_default(generator: Streams, method: str) -> bool:
     return getattr(type(generator), method) is getattr(Streams, method)
 
 
-def image_counters(shape: torch.Size | tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """Returns the word index of every value of one image, as ``Streams`` draws them: int64 [*shape]."""
-    return torch.arange(math.prod(shape), dtype=torch.int64, device=device).view(shape)
-
-
 def pil_box_radius(radius: float, passes: int = _BLUR_PASSES) -> np.float32:
     """Returns the extended-box radius Pillow uses for ``GaussianBlur(radius)``.
 

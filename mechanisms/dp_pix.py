@@ -9,13 +9,13 @@ from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
 from bench.kernels import kernel
 from bench.registry import register_mechanism
 from mechanisms._dp import dp_pix_scale
-from mechanisms._ops import cell_means, draws_by_default, fill_cells, image_counters, to_uint8
+from mechanisms._ops import cell_means, draws_by_default, fill_cells, to_uint8
 
 
 @kernel
 def _noisy_cells(means: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
     """One pass: the draws of ``Streams.laplace``, scaled per cell, added, rounded, clipped."""
-    noise = rng.laplace(rng.words(seeds, image_counters(means.shape[1:], means.device))).to(torch.float32)
+    noise = rng.laplace(rng.words(seeds, rng.counters(means.shape[1:], means.device))).to(torch.float32)
     return (means + noise * scale).add(0.5).clamp(0.0, 255.0).to(torch.uint8)
 
 

@@ -8,13 +8,13 @@ from bench import rng
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.kernels import kernel
 from bench.registry import register_mechanism
-from mechanisms._ops import draws_by_default, image_counters, to_uint8
+from mechanisms._ops import draws_by_default, to_uint8
 
 
 @kernel
 def _add_noise(images: torch.Tensor, seeds: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """One pass: the draws of ``Streams.normal``, scaled, added, rounded half up, clipped."""
-    noise = rng.normal(rng.words(seeds, image_counters(images.shape[1:], images.device)))
+    noise = rng.normal(rng.words(seeds, rng.counters(images.shape[1:], images.device)))
     return (images.to(torch.float32) + noise * sigma).add(0.5).clamp(0.0, 255.0).to(torch.uint8)
 
 
