@@ -24,6 +24,7 @@ from bench.errors import BenchError
 
 ENV = "BENCH_COMPILE"
 _MODES = ("auto", "0", "1")
+_RECOMPILE_LIMIT = 32
 _failed: dict[str, str] = {}
 
 
@@ -52,6 +53,11 @@ def _device_of(args: tuple[Any, ...]) -> str:
 class Kernel:
     """A tensor function run compiled when the device's compiler works, else eagerly.
 
+    Shapes are dynamic, so a new image size reuses the compiled code; a new rank, a size
+    of 1 (which Dynamo specialises) or a view's base do compile variants of their own, so
+    callers pass fresh tensors of a fixed rank. A kernel that still hits the recompile
+    limit runs eagerly from then on; the others stay compiled.
+
     Args:
         fn: A function of tensors (and Python scalars that select its variant) made of
             operations that Inductor can fuse.
@@ -60,6 +66,7 @@ class Kernel:
     def __init__(self, fn: Callable[..., Any]):
         self.fn = fn
         self._compiled: Callable[..., Any] | None = None
+        self._over_limit = False
         functools.update_wrapper(self, fn)
 
     def eager(self, *args: Any) -> Any:
@@ -69,7 +76,7 @@ class Kernel:
     def __call__(self, *args: Any) -> Any:
         device = _device_of(args)
         mode = _mode()
-        if mode == "0" or device in _failed:
+        if mode == "0" or device in _failed or self._over_limit:
             return self.fn(*args)
         if self._compiled is None:
             self._compiled = torch.compile(self.fn, dynamic=True, fullgraph=True)
@@ -77,6 +84,10 @@ class Kernel:
             return self._run(args)
         try:
             return self._run(args)
+        except torch._dynamo.exc.FailOnRecompileLimitHit:
+            # Too many shape variants for this one kernel: it alone runs eagerly from now on.
+            self._over_limit = True
+            return self.fn(*args)
         except Exception as exc:  # noqa: BLE001 - any compiler failure falls back
             result = self.fn(*args)
             reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
@@ -96,7 +107,9 @@ class Kernel:
         quiet.setLevel(logging.ERROR)
         try:
             assert self._compiled is not None
-            return self._compiled(*args)
+            # A fixed grad mode and a larger recompile limit, for these kernels only.
+            with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT):
+                return self._compiled(*args)
         finally:
             quiet.setLevel(level)
 

@@ -90,6 +90,10 @@ class Streams:
         """Returns the same streams drawing on another device."""
         return Streams(self.seeds, device)
 
+    def seeds_on(self, device: str | torch.device) -> torch.Tensor:
+        """Returns the seeds as a fresh int64 tensor [N] on ``device``, for a fused kernel to draw from."""
+        return self.seeds.to(device, copy=True)
+
     def derive(self, purpose: str) -> "Streams":
         """Returns independent streams for another draw of the same images.
 
@@ -100,8 +104,10 @@ class Streams:
 
     def _draw(self, fn: Kernel, shape: Sequence[int], *extra: int) -> torch.Tensor:
         shape = tuple(int(d) for d in shape)
-        run = fn.eager if len(self) == 0 or math.prod(shape) == 0 else fn
-        return run(self.seeds.to(self.device), rng.counters(shape, self.device), *extra)
+        count = math.prod(shape)
+        run = fn.eager if len(self) == 0 or count == 0 else fn
+        flat = run(self.seeds_on(self.device), rng.counters((count,), self.device), *extra)
+        return flat.view(len(self), *shape)
 
     def uniform(self, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Draws U[0, 1) values: a tensor [N, *shape] (24-bit, or 53-bit for float64)."""

@@ -14,7 +14,7 @@ from mechanisms._ops import cell_means, draws_by_default, fill_cells, to_uint8
 
 @kernel
 def _noisy_cells(means: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
-    """One pass: the draws of ``Streams.laplace``, scaled per cell, added, rounded, clipped."""
+    """One pass over means [N, C, Hc, Wc]: ``Streams.laplace`` draws, scaled per cell, added, rounded, clipped."""
     noise = rng.laplace(rng.words(seeds, rng.counters(means.shape[1:], means.device))).to(torch.float32)
     return (means + noise * scale).add(0.5).clamp(0.0, 255.0).to(torch.uint8)
 
@@ -52,7 +52,7 @@ class DPPix(Mechanism):
         means, counts = cell_means(images, block)
         scale = (self.noise_scale(channels) * block * block) / counts.to(torch.float32)
         if len(images) and draws_by_default(generator, "laplace"):
-            cells = _noisy_cells(means, scale, generator.seeds.to(images.device))
+            cells = _noisy_cells(means, scale, generator.seeds_on(images.device))
         else:
             cells = to_uint8(means.addcmul_(generator.laplace(means.shape[1:]).to(images.device), scale))
         return fill_cells(cells, block, height, width)

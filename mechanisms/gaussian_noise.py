@@ -13,7 +13,7 @@ from mechanisms._ops import draws_by_default, to_uint8
 
 @kernel
 def _add_noise(images: torch.Tensor, seeds: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-    """One pass: the draws of ``Streams.normal``, scaled, added, rounded half up, clipped."""
+    """One pass over images [N, C, H, W]: ``Streams.normal`` draws, scaled, added, rounded half up, clipped."""
     noise = rng.normal(rng.words(seeds, rng.counters(images.shape[1:], images.device)))
     return (images.to(torch.float32) + noise * sigma).add(0.5).clamp(0.0, 255.0).to(torch.uint8)
 
@@ -38,6 +38,6 @@ class GaussianNoise(Mechanism):
         self.check_inputs(images, generator)
         if len(images) and draws_by_default(generator, "normal"):
             sigma = torch.tensor(self.config["sigma"], dtype=torch.float32, device=images.device)
-            return _add_noise(images, generator.seeds.to(images.device), sigma)
+            return _add_noise(images, generator.seeds_on(images.device), sigma)
         noise = generator.normal(images.shape[1:]).to(images.device)
         return to_uint8(torch.add(images, noise, alpha=self.config["sigma"], out=noise))

@@ -86,3 +86,35 @@ def test_a_bad_setting_is_a_user_error(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(kernels.ENV, "sometimes")
     with pytest.raises(BenchError, match="BENCH_COMPILE"):
         kernels.backend("cpu")
+
+
+def test_many_image_sizes_and_draw_shapes_stay_compiled(recwarn: pytest.WarningsRecorder):
+    from bench import streams as streams_module
+    from mechanisms import dp_pix, gaussian_noise
+
+    for k, shape in enumerate([(3, 5, 7), (1, 9, 4), (3, 1, 1), (2, 16, 16), (3, 33, 18), (1, 2, 64)]):
+        for n in (1, 2, 5):
+            streams = Streams.for_images(k, "kernels/many", n)
+            images = torch.randint(0, 256, (n, *shape), dtype=torch.uint8)
+            mechanisms.get("gaussian_noise")(sigma=10.0).apply(images, generator=streams)
+            mechanisms.get("dp_pix")(block=2).apply(images, generator=streams)
+            streams.normal(shape[1:])
+            streams.uniform(shape, torch.float64)
+    compiled = [gaussian_noise._add_noise, dp_pix._noisy_cells, streams_module._normal, streams_module._uniform53]
+    assert not any(k._over_limit for k in compiled)
+    assert kernels.backend("cpu") == "compiled"
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_a_kernel_over_the_recompile_limit_runs_eagerly_alone(monkeypatch: pytest.MonkeyPatch):
+    def over_limit(fn, **kwargs):
+        def run(*args):
+            raise torch._dynamo.exc.FailOnRecompileLimitHit("recompile limit")
+        return run
+
+    monkeypatch.setattr(torch, "compile", over_limit)
+    monkeypatch.setattr(kernels, "_failed", {})
+    fresh = kernels.Kernel(rng.words)
+    seeds, counters = torch.tensor([5, 6]), torch.arange(9)
+    assert torch.equal(fresh(seeds, counters), rng.words(seeds, counters))
+    assert fresh._over_limit and kernels.backend("cpu") == "compiled"
