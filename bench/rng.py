@@ -116,8 +116,8 @@ def uniform(w: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor
 def normal(w: torch.Tensor) -> torch.Tensor:
     """Maps words to standard normal float32 values by Box-Muller, one word a value.
 
-    The high 32 bits give the radius ``sqrt(-2 ln u)`` with u in (0, 1], the next 24 bits
-    the angle; the cosine branch is kept. The largest value is sqrt(2 ln 2^32) = 6.66.
+    Bits 32-63 give the radius ``sqrt(-2 ln u)`` with u in (0, 1], bits 8-31 the angle;
+    the cosine branch is kept. The largest value is sqrt(2 ln 2^32) = 6.66.
     """
     u = (_lshr(w, 32) + 1).to(torch.float32) * 2.0**-32
     angle = (_lshr(w, 8) & _LOW24).to(torch.float32) * (2.0 * math.pi * 2.0**-24)
