@@ -14,12 +14,11 @@ numbers for the privacy score.
 
 from __future__ import annotations
 
-import time
+import functools
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 
 from bench.cells import content_key
 from bench.config import build_config
@@ -28,7 +27,8 @@ from bench.errors import BenchError
 from bench.interfaces import Attack, AttackOutcome, Release, RunContext
 from bench.modelcache import cached_model
 from bench.nn.augment import augment
-from bench.nn.images import embed, prepare, to_input
+from bench.nn.classify import ClassifierTraining, train_classifier
+from bench.nn.images import embed, prepare
 from bench.nn.resnet import ARCHS, AttributeNet, check_weights
 from bench.nn.threads import cpu_threads
 from bench.registry import register_attack
@@ -204,7 +204,12 @@ class AttributeInference(Attack):
         def train_fn(model: torch.nn.Module) -> dict[str, Any]:
             ctx.log(f"training the {attr} classifier ({cfg.arch}, {len(train)} images, {content_key(*key)[:8]})")
             seed = derive_seed(ctx.seed, "attribute_inference", attr, "train")
-            return train_attribute(model, train.images, train.labels, self.input_size(train.images), cfg, ctx, seed)
+            spec = ClassifierTraining(
+                epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                input_size=self.input_size(train.images), augment=functools.partial(augment, pad=cfg.pad),
+                desc="attribute epochs",
+            )
+            return train_classifier(model, train.images, train.labels, spec, ctx, seed)
 
         model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
         return model.to(ctx.device)
@@ -217,46 +222,3 @@ def _labelled(split: ImageSet, attr: str) -> ImageSet:
     return ImageSet(images=split.images[keep], labels=values[keep].clone())
 
 
-def train_attribute(
-    model: torch.nn.Module,
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    size: tuple[int, int] | None,
-    cfg: AttributeConfig,
-    ctx: RunContext,
-    seed: int,
-) -> dict[str, Any]:
-    """Trains a classifier with cross-entropy, Adam and a one-cycle schedule.
-
-    Args:
-        model: Network returning logits (on ``ctx.device``), trained in place.
-        images: uint8 training images.
-        labels: Attribute value of each image.
-        size: Network input (h, w), or None for the images' size.
-        cfg: The attack's settings.
-        ctx: The run's context.
-        seed: Seed of the batch order and augmentations.
-
-    Returns:
-        Facts about the training (steps, final loss, seconds).
-    """
-    started = time.perf_counter()
-    g = torch.Generator().manual_seed(seed)
-    batch_size = min(cfg.batch_size, len(images))
-    steps_per_epoch = max(1, len(images) // batch_size)
-    optimiser = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=cfg.lr, total_steps=cfg.epochs * steps_per_epoch)
-    model.train()
-    loss = torch.tensor(float("nan"))
-    for _ in ctx.progress(range(cfg.epochs), total=cfg.epochs, desc="attribute epochs"):
-        order = torch.randperm(len(images), generator=g)
-        for step in range(steps_per_epoch):
-            batch = order[step * batch_size : (step + 1) * batch_size]
-            x = augment(to_input(images[batch], size, ctx.device), g, pad=cfg.pad)
-            loss = F.cross_entropy(model(x), labels[batch].to(ctx.device))
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
-            schedule.step()
-    model.eval()
-    return {"steps": cfg.epochs * steps_per_epoch, "final_loss": loss.item(), "seconds": time.perf_counter() - started}

@@ -8,7 +8,6 @@ chance (1 / identities) and with the same attack on clean probes.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -20,6 +19,7 @@ from bench.config import build_config
 from bench.datasets.base import ImageSet, Splits
 from bench.interfaces import Attack, AttackOutcome, Release, RunContext
 from bench.modelcache import cached_model
+from bench.nn.classify import ClassifierTraining, train_classifier
 from bench.nn.face_cnn import build_face_model
 from bench.nn.images import to_input
 from bench.registry import register_attack
@@ -130,7 +130,11 @@ class FaceReid(Attack):
 
         def train_fn(model: torch.nn.Module) -> dict[str, Any]:
             ctx.log(f"training the face_reid embedder ({cfg.model}, {len(labels)} identities)")
-            return train_classifier(model, train.images, classes, cfg, ctx, derive_seed(ctx.seed, "face_reid", "train"))
+            spec = ClassifierTraining(
+                epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, weight_decay=5e-4,
+                input_size=cfg.input_size, augment=augment, label_smoothing=0.1, desc="face_reid epochs",
+            )
+            return train_classifier(model, train.images, classes, spec, ctx, derive_seed(ctx.seed, "face_reid", "train"))
 
         model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
         return model.to(ctx.device)
@@ -151,37 +155,3 @@ def augment(x: torch.Tensor, generator: torch.Generator, shift: int = 4) -> torc
     return padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
 
 
-def train_classifier(
-    model: torch.nn.Module, images: torch.Tensor, classes: torch.Tensor, cfg: FaceReidConfig, ctx: RunContext, seed: int
-) -> dict[str, Any]:
-    """Trains an embedder's identity head with cross-entropy (label smoothing 0.1), Adam, cosine decay.
-
-    Args:
-        model: Network whose forward returns identity logits.
-        images: uint8 training images.
-        classes: Class index of each image (0 .. num_classes - 1).
-        cfg: The attack's settings.
-        ctx: The run's context.
-        seed: Seed of the batch order and augmentations.
-
-    Returns:
-        Facts about the training (final loss, seconds).
-    """
-    started = time.perf_counter()
-    g = torch.Generator().manual_seed(seed)
-    steps_per_epoch = max(1, len(images) // cfg.batch_size)
-    optimiser = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=5e-4)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=cfg.lr, total_steps=cfg.epochs * steps_per_epoch)
-    model.train()
-    loss = torch.tensor(float("nan"))
-    for _ in ctx.progress(range(cfg.epochs), total=cfg.epochs, desc="face_reid epochs"):
-        order = torch.randperm(len(images), generator=g)
-        for step in range(steps_per_epoch):
-            batch = order[step * cfg.batch_size : (step + 1) * cfg.batch_size]
-            x = augment(to_input(images[batch], cfg.input_size, ctx.device), g)
-            loss = F.cross_entropy(model(x), classes[batch].to(ctx.device), label_smoothing=0.1)
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
-            schedule.step()
-    return {"final_loss": loss.item(), "seconds": time.perf_counter() - started}

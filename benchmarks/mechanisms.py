@@ -44,6 +44,7 @@ from bench.kernels import backend as kernel_backend
 from bench.registry import mechanisms
 from bench.streams import Streams
 from bench.testing.mechanisms import synthetic_boxes
+from bench.testing.references import authors_face_blur
 from mechanisms._dp import dp_pix_scale, image_dp_scale
 
 SETTINGS: dict[str, dict] = {
@@ -121,21 +122,6 @@ def pil_pixelate(img: np.ndarray, b: int) -> np.ndarray:
     return np.asarray(small.resize((w, h), Image.Resampling.NEAREST))
 
 
-def pil_face_blur(img: np.ndarray, boxes: list[list[float]]) -> np.ndarray:
-    """The authors' released code (paper's diagonal)."""
-    pil = pil_image(img)
-    mask = Image.new("L", pil.size, "white")
-    d_max = 0.0
-    for x0, y0, x1, y1 in boxes:
-        if x0 >= x1 or y0 >= y1:
-            continue
-        d = math.hypot(x1 - x0, y1 - y0)
-        d_max = max(d_max, d)
-        ImageDraw.Draw(mask).rectangle([x0 - d / 10, y0 - d / 10, x1 + d / 10, y1 + d / 10], fill="black")
-    blurred = pil.filter(ImageFilter.GaussianBlur(d_max / 10))
-    return np.asarray(Image.composite(pil, blurred, mask.filter(ImageFilter.GaussianBlur(d_max / 10))))
-
-
 def pil_face_overlay(img: np.ndarray, boxes: list[list[float]]) -> np.ndarray:
     pil = pil_image(img)
     for x0, y0, x1, y1 in boxes:
@@ -161,7 +147,7 @@ def baselines(name: str, p: dict) -> Baselines:
         "gaussian_noise": Baselines(lambda x, bx, rng: ref_gaussian_noise(x, p.get("sigma", 40.0), rng), None),
         "dp_pix": Baselines(lambda x, bx, rng: ref_dp_pix(x, p["epsilon"], p["block"], p["m"], rng), None),
         "image_dp": Baselines(lambda x, bx, rng: ref_image_dp(x, p["epsilon"], p["block"], p["colours"], rng), None),
-        "face_blur": Baselines(None, pil_face_blur),
+        "face_blur": Baselines(None, authors_face_blur),
         "face_overlay": Baselines(None, pil_face_overlay),
     }
     return table.get(name, Baselines(None, None))

@@ -22,6 +22,7 @@ from bench.interfaces import RunContext
 from bench.registry import mechanisms
 from bench.sheets import sample_sheet
 from bench.streams import Streams
+from bench.testing.references import authors_face_blur
 from mechanisms import _ops
 from mechanisms._dp import dp_pix_scale, image_dp_levels, image_dp_scale
 
@@ -310,20 +311,7 @@ def face_boxes() -> list[torch.Tensor]:
 
 def ref_face_blur(img: np.ndarray, boxes: torch.Tensor) -> np.ndarray:
     """The authors' released blurring code, with the paper's (Euclidean) diagonal."""
-    grey = img.shape[2] == 1
-    pil = Image.fromarray(img[..., 0] if grey else img)
-    mask = Image.new("L", pil.size, "white")
-    d_max = 0.0
-    for x0, y0, x1, y1 in boxes.tolist():
-        if x0 >= x1 or y0 >= y1:
-            continue
-        d = math.hypot(x1 - x0, y1 - y0)
-        d_max = max(d_max, d)
-        ImageDraw.Draw(mask).rectangle([x0 - d / 10, y0 - d / 10, x1 + d / 10, y1 + d / 10], fill="black")
-    blurred = pil.filter(ImageFilter.GaussianBlur(d_max / 10))
-    soft = mask.filter(ImageFilter.GaussianBlur(d_max / 10))
-    out = np.asarray(Image.composite(pil, blurred, soft))
-    return out[..., None] if grey else out
+    return authors_face_blur(img, boxes.tolist())
 
 
 def ref_face_overlay(img: np.ndarray, boxes: torch.Tensor, colour) -> np.ndarray:
