@@ -10,6 +10,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 
+from bench import scores
 from bench.config import load_preset
 from bench.datasets.base import ImageSet, Splits
 from bench.errors import BenchError
@@ -151,6 +152,8 @@ class Release:
         key: Content key of (dataset fingerprint, mechanism, version, params, seed).
         claim: The mechanism's formal guarantee, or None.
         metrics: Facts measured while releasing, e.g. ``detector_recall.test``.
+        instance: The configured (and fitted) mechanism that made the release, for
+            adversaries that know the mechanism and apply it to their own images.
     """
 
     splits: Splits
@@ -160,6 +163,7 @@ class Release:
     key: str
     claim: PrivacyClaim | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    instance: Mechanism | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_clean(self) -> bool:
@@ -178,6 +182,8 @@ class RunContext:
         data_root: Root of real datasets, or None.
         cache_dir: Directory for releases and mechanism-independent models.
         options: Free-form overrides, e.g. ``{"face_reid.weights": "/path/to/weights.pt"}``.
+        eval_split: Where utility and attacks are measured: ``test``, or ``val`` when
+            tuning (selection must never look at test).
         log: Prints a progress line (quiet in CI).
         progress: Wraps an iterable in a progress bar: ``progress(iterable, total, desc)``.
     """
@@ -188,6 +194,7 @@ class RunContext:
     data_root: Path | None
     cache_dir: Path
     options: Mapping[str, str] = field(default_factory=dict)
+    eval_split: str = "test"
     log: Callable[[str], None] = lambda msg: None
     progress: Callable[..., Any] = lambda it, total=None, desc=None: it
 
@@ -251,33 +258,49 @@ class Task(_Configurable):
 class AttackOutcome:
     """What an adversary achieved.
 
+    An attack with several targets (one per attribute, say) reports each as a part; its
+    privacy score is then the worst over the parts whose clean advantage is significant,
+    and the others are flagged, never counted as protected.
+
     Attributes:
         metrics: All raw metrics (primary on release, on clean images, chance, extras).
         value: The primary metric on released images.
         clean: The primary metric on clean images.
         chance: The primary metric of a guess that ignores the images.
+        trials: How many probes ``clean`` was measured on (for the significance test of
+            its advantage over chance); None skips the test (only the sign is checked).
+        parts: Target name -> its own outcome; when present they define the score.
     """
 
     metrics: dict[str, float]
     value: float
     clean: float
     chance: float
+    trials: int | None = None
+    parts: Mapping[str, "AttackOutcome"] = field(default_factory=dict)
 
-    def privacy(self) -> float:
-        """Returns 1 - retained attack advantage, clipped to [0, 1] (DESIGN.md)."""
-        return privacy_score(self.value, self.clean, self.chance)
+    def scores(self) -> dict[str, float | None]:
+        """Returns target -> privacy score (None: undefined); ``""`` names a single-target attack."""
+        if self.parts:
+            return {name: part.privacy() for name, part in self.parts.items()}
+        return {"": scores.privacy_score(self.value, self.clean, self.chance, self.trials)}
+
+    def privacy(self) -> float | None:
+        """Returns the worst defined privacy score over the targets (DESIGN.md), or None."""
+        return scores.worst(self.scores().values())
+
+    def flags(self) -> dict[str, str]:
+        """Returns target -> ``attack too weak`` for targets whose score is undefined."""
+        return scores.undefined_flags(self.scores())
 
 
-def privacy_score(value: float, clean: float, chance: float) -> float:
-    """Returns ``1 - clip((value - chance) / (clean - chance), 0, 1)``.
+def privacy_score(value: float, clean: float, chance: float, trials: int | None = None) -> float | None:
+    """Returns ``1 - clip((value - chance) / (clean - chance), 0, 1)``; None when undefined.
 
-    When the attack has no advantage even on clean images there is nothing to protect and
-    the score is 1.
+    See :func:`bench.scores.privacy_score`: the score is undefined (never 1.0) when the
+    attack's advantage on clean images is not significantly above chance.
     """
-    if clean - chance <= 0:
-        return 1.0
-    retained = min(max((value - chance) / (clean - chance), 0.0), 1.0)
-    return 1.0 - retained
+    return scores.privacy_score(value, clean, chance, trials)
 
 
 class Attack(_Configurable):
@@ -294,7 +317,8 @@ class Attack(_Configurable):
         return {}
 
 
-RESULT_SCHEMA = 1
+RESULT_SCHEMA = 2
+"""2: privacy scores are None when the attack is too weak (1 scored them 1.0)."""
 
 
 @dataclass(frozen=True)
@@ -313,10 +337,16 @@ class Result:
         utility: Task metrics.
         primary_metric: Name of the task's primary metric.
         attacks: Attack name -> its raw metrics.
-        privacy: Attack name -> privacy score.
-        privacy_score: Worst (lowest) privacy score over the attacks; None without attacks.
+        privacy: Attack name -> privacy score; None when the attack is too weak to measure
+            protection (its clean advantage over chance is not significant).
+        privacy_score: Worst (lowest) defined privacy score over the attacks (the strongest
+            known attack); None without attacks or when every attack is too weak.
         claim: The formal claim as a dict, or None.
         release_metrics: Facts measured while releasing (MTCNN recall against the dataset's boxes).
+        privacy_flags: ``attack`` or ``attack.target`` -> why its score is undefined
+            (``attack too weak``).
+        eval_split: The split utility and attacks were measured on (``test``; ``val``
+            for tuning cells, which never enter a board).
         runtime_s: Wall-clock seconds.
         versions: Package versions.
         git_sha: Commit of the harness, or "unknown".
@@ -338,7 +368,7 @@ class Result:
     utility: dict[str, float]
     primary_metric: str
     attacks: dict[str, dict[str, float]]
-    privacy: dict[str, float]
+    privacy: dict[str, float | None]
     privacy_score: float | None
     claim: dict[str, Any] | None
     runtime_s: float
@@ -349,6 +379,8 @@ class Result:
     device: str
     created: str
     release_metrics: dict[str, float] = field(default_factory=dict)
+    privacy_flags: dict[str, str] = field(default_factory=dict)
+    eval_split: str = "test"
     schema: int = RESULT_SCHEMA
 
     @property

@@ -49,11 +49,11 @@ def make_release(
     """
     key = release_key(splits, mechanism, ctx.seed, boxes)
     path = Path(ctx.cache_dir) / "releases" / f"{key}.pt"
+    mechanism.fit(splits[public_split], ctx)
     if path.exists():
         saved = torch.load(path, map_location="cpu", weights_only=True)
         ctx.log(f"reused cached release {key[:8]}")
     else:
-        mechanism.fit(splits[public_split], ctx)
         saved = {"images": {}, "metrics": {}}
         for name, split in splits.sets.items():
             images, recall = apply_to_split(mechanism, split, ctx, f"release/{name}", detect=boxes == "detect")
@@ -70,6 +70,7 @@ def make_release(
         key=key,
         claim=mechanism.claim(),
         metrics=dict(metrics),
+        instance=mechanism,
     )
 
 

@@ -9,6 +9,10 @@ def _fmt(value: float) -> str:
     return "nan" if value != value else f"{value:.4f}"
 
 
+def _score(value: float | None, flag: str | None) -> str:
+    return _fmt(value) if value is not None else f"undefined ({flag or 'attack too weak'})"
+
+
 def format_result(result: Result, run_id: str | None = None, where: str | None = None) -> str:
     """Returns a small table of a result: utility, attacks, privacy, claim and where it was logged."""
     params = ", ".join(f"{k}={v}" for k, v in result.params.items()) or "-"
@@ -30,9 +34,12 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
     for attack, metrics in result.attacks.items():
         for name, value in metrics.items():
             lines.append(f"{'attack.' + attack + '.' + name:<34}{_fmt(value):>10}")
-        lines.append(f"{'privacy.' + attack:<34}{_fmt(result.privacy[attack]):>10}")
-    if result.privacy_score is not None:
-        lines.append(f"{'privacy_score':<34}{_fmt(result.privacy_score):>10}")
+        lines.append(f"{'privacy.' + attack:<34}{_score(result.privacy.get(attack), result.privacy_flags.get(attack)):>10}")
+        for target, why in sorted(result.privacy_flags.items()):
+            if target.startswith(attack + "."):
+                lines.append(f"{'  flag ' + target:<34}{why:>10}")
+    if result.attacks:
+        lines.append(f"{'privacy_score':<34}{_score(result.privacy_score, 'every attack too weak'):>10}")
     for name, value in result.release_metrics.items():
         lines.append(f"{'release.' + name:<34}{_fmt(value):>10}")
     claim = result.claim

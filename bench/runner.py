@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from bench import __version__
+from bench import __version__, scores
 from bench.cells import cell_key
 from bench.config import PROFILES
 from bench.datasets.base import Splits, load_dataset
@@ -49,6 +49,8 @@ class RunConfig:
         attacks: Adversaries to run; None means the task's defaults.
         overrides: Section ("task" or an attack name) -> setting -> value.
         tracking_uri: MLflow tracking URI overriding the default.
+        split: Where utility and attacks are measured: ``test``, or ``val`` for tuning
+            (part of the cell key: a validation cell is never a test cell).
     """
 
     task: str
@@ -63,6 +65,7 @@ class RunConfig:
     attacks: tuple[str, ...] | None = None
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     tracking_uri: str | None = None
+    split: str = "test"
 
     @property
     def cache(self) -> Path:
@@ -120,9 +123,13 @@ def plan(config: RunConfig) -> Plan:
     task = task_cls(config.profile, config.overrides.get("task"))
     attack_names = config.attacks if config.attacks is not None else task_cls.attacks
     attacks = {name: attack_registry.get(name)(config.profile, config.overrides.get(name)) for name in attack_names}
+    if config.split not in ("test", "val"):
+        raise BenchError(f"unknown evaluation split {config.split!r} (use test, or val for tuning)")
+    options: dict[str, Any] = {"overrides": config.overrides, "attacks": list(attack_names)}
+    if config.split != "test":
+        options["split"] = config.split
     key = cell_key(
-        config.task, config.mechanism, type(mechanism).version, mechanism.config, config.seed, config.profile,
-        {"overrides": config.overrides, "attacks": list(attack_names)},
+        config.task, config.mechanism, type(mechanism).version, mechanism.config, config.seed, config.profile, options,
     )
     return Plan(config, task, mechanism, attacks, key, resolve_device(config.device))
 
@@ -153,7 +160,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
     torch.use_deterministic_algorithms(True, warn_only=True)
     ctx = RunContext(
         device=plan_.device, seed=cfg.seed, profile=cfg.profile, data_root=cfg.data_root, cache_dir=cfg.cache,
-        options={}, log=log, progress=progress or (lambda it, total=None, desc=None: it),
+        options={}, eval_split=cfg.split, log=log, progress=progress or (lambda it, total=None, desc=None: it),
     )
     log(f"loading {plan_.task.dataset}")
     clean = load_dataset(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache)
@@ -167,12 +174,13 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         log(f"attacking with {name}")
         outcomes[name] = attack.run(clean, release, ctx)
     privacy = {name: o.privacy() for name, o in outcomes.items()}
+    flags = attack_flags(outcomes)
     result = Result(
         cell_key=plan_.key, task=cfg.task, dataset=plan_.task.dataset, mechanism=cfg.mechanism,
         mechanism_version=type(plan_.mechanism).version, params=dict(plan_.mechanism.config), seed=cfg.seed,
         profile=cfg.profile, utility=utility, primary_metric=type(plan_.task).primary,
         attacks={name: dict(o.metrics) for name, o in outcomes.items()}, privacy=privacy,
-        privacy_score=min(privacy.values()) if privacy else None,
+        privacy_score=scores.worst(privacy.values()), privacy_flags=flags, eval_split=cfg.split,
         claim=release.claim.to_dict() if release.claim else None,
         runtime_s=time.perf_counter() - started, versions={**versions(), "kernels": kernel_backend(plan_.device)},
         git_sha=git_sha(),
@@ -181,6 +189,17 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         release_metrics=dict(release.metrics),
     )
     return CellOutput(result, clean, release)
+
+
+def attack_flags(outcomes: dict[str, AttackOutcome]) -> dict[str, str]:
+    """Returns ``attack`` / ``attack.target`` -> why its privacy score is undefined."""
+    flags: dict[str, str] = {}
+    for name, outcome in outcomes.items():
+        for target, why in outcome.flags().items():
+            flags[f"{name}.{target}" if target else name] = why
+        if outcome.privacy() is None:
+            flags[name] = scores.TOO_WEAK
+    return flags
 
 
 def log_cell(output: CellOutput, plan_: Plan, tracker: Tracker, sample_split: str = "test", samples: int = 8) -> str:

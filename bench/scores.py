@@ -1,0 +1,102 @@
+"""Privacy scores: the attack advantage that survives a mechanism, and when it is defined.
+
+Pure functions (no tensors, no state), as DESIGN.md's "Privacy score" section defines them:
+
+    retained = (attack_on_release - chance) / (attack_on_clean - chance), clipped to [0, 1]
+    privacy  = 1 - retained
+
+The score only means something when the attack has a real advantage on clean images. An
+attack whose clean accuracy is not significantly above its chance rate (a one-sided exact
+binomial test at level ``ALPHA`` on the probes it used) cannot show that a mechanism
+protects anything, so its score is *undefined* (None) and the cell is flagged
+``attack too weak``; it never counts as perfect privacy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping
+
+ALPHA = 0.01
+"""Significance level of the clean-advantage test."""
+
+TOO_WEAK = "attack too weak"
+"""The flag of an attack (or attack part) whose clean advantage is not significant."""
+
+
+def binomial_sf(successes: int, trials: int, p: float) -> float:
+    """Returns P[X >= successes] for X ~ Binomial(trials, p), exactly.
+
+    Args:
+        successes: Observed successes k (0 <= k <= trials).
+        trials: Independent trials n.
+        p: Success probability under the null hypothesis.
+    """
+    if successes <= 0:
+        return 1.0
+    if successes > trials:
+        return 0.0
+    from scipy.stats import binom
+
+    return float(binom.sf(successes - 1, trials, p))
+
+
+def clean_advantage_pvalue(clean: float, chance: float, trials: int) -> float:
+    """Returns the one-sided exact binomial p-value of "clean accuracy > chance".
+
+    Args:
+        clean: The attack's accuracy on clean images, a fraction of ``trials``.
+        chance: The chance rate (null success probability), in [0, 1].
+        trials: How many independent predictions ``clean`` was measured on.
+    """
+    if trials <= 0:
+        return 1.0
+    successes = int(round(clean * trials))
+    return binomial_sf(successes, trials, min(max(chance, 0.0), 1.0))
+
+
+def is_significant(clean: float, chance: float, trials: int | None, alpha: float = ALPHA) -> bool:
+    """Whether the attack's clean advantage over chance is significant at level ``alpha``.
+
+    Without a trial count only the sign of the advantage can be checked; attacks report
+    their probe counts so that the exact test runs.
+    """
+    if not clean > chance:
+        return False
+    if trials is None:
+        return True
+    return clean_advantage_pvalue(clean, chance, trials) < alpha
+
+
+def privacy_score(value: float, clean: float, chance: float, trials: int | None = None,
+                  alpha: float = ALPHA) -> float | None:
+    """Returns ``1 - clip((value - chance) / (clean - chance), 0, 1)``, or None when undefined.
+
+    Args:
+        value: The attack's primary metric on released images.
+        clean: The same attack on clean images.
+        chance: The metric of a guess that ignores the images.
+        trials: Probes behind ``clean`` (for the significance test).
+        alpha: Significance level.
+
+    Returns:
+        The privacy score in [0, 1]; None when the clean advantage over chance is not
+        significant (the attack is too weak to measure any protection) or a value is NaN.
+    """
+    if any(not math.isfinite(x) for x in (value, clean, chance)):
+        return None
+    if not is_significant(clean, chance, trials, alpha):
+        return None
+    retained = min(max((value - chance) / (clean - chance), 0.0), 1.0)
+    return 1.0 - retained
+
+
+def worst(scores: Iterable[float | None]) -> float | None:
+    """Returns the lowest defined score (the strongest attack), or None when none is defined."""
+    defined = [s for s in scores if s is not None]
+    return min(defined) if defined else None
+
+
+def undefined_flags(scores: Mapping[str, float | None]) -> dict[str, str]:
+    """Returns name -> ``attack too weak`` for every undefined score."""
+    return {name: TOO_WEAK for name, score in scores.items() if score is None}
