@@ -13,7 +13,10 @@ from typing import Sequence
 
 from bench.errors import BenchError
 
-SUBCOMMANDS = ("list_cmd", "run_cmd", "show_cmd", "mechanisms_cmd", "grid_cmd", "tune_cmd", "leaderboard_cmd", "submit_cmd")
+SUBCOMMANDS = (
+    "list_cmd", "run_cmd", "show_cmd", "mechanisms_cmd", "grid_cmd", "tune_cmd", "leaderboard_cmd", "submit_cmd",
+    "audit_cmd", "release_cmd", "cache_cmd",
+)
 
 
 class _Parser(argparse.ArgumentParser):
