@@ -1,9 +1,10 @@
 """Executors: run a grid's cells here, in worker processes, or on a Ray cluster.
 
-Every worker runs a cell the same way (:func:`execute_cell`): under a per-cell file lock
-it checks that no FINISHED run of the cell exists, computes it with the runner and logs it
-as one MLflow run. A cell that raises is logged as a FAILED run carrying its error and
-traceback, and the executor moves on.
+Every worker runs a cell the same way (:func:`execute_cell`, through
+:func:`bench.cellrun.execute`, the path ``bench run`` takes too): under a per-cell file lock
+it checks that no FINISHED run of the cell exists, creates its run RUNNING, computes it and
+logs it. A cell that raises is logged as a FAILED run carrying its error and traceback, and
+the executor moves on.
 
 This module imports no torch at import time, so a worker can choose its GPU first.
 """
@@ -23,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from bench.errors import BenchError
 from bench.grid import Cell, CellOutcome
-from bench.locks import file_lock
 
 if TYPE_CHECKING:
     from bench.tracking import Tracker
@@ -107,9 +107,8 @@ def default_cpu_workers() -> int:
 def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[str], None] | None = None) -> CellOutcome:
     """Computes and logs one cell unless a FINISHED run of it exists; never raises for a failing cell.
 
-    The check and the computation hold a lock file in the cache directory, so processes
-    sharing the cache never compute the same cell twice at once; the lock dies with its
-    process.
+    The cell takes the one path of :func:`bench.cellrun.execute` (cell lock, orphan check,
+    skip if finished, run RUNNING, compute, log, FINISHED).
 
     Args:
         cell: The cell.
@@ -120,8 +119,9 @@ def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[s
         ``skipped`` with the existing run, ``done`` with the new run, or ``failed`` with
         the error (also logged as a FAILED MLflow run).
     """
+    from bench.cellrun import execute, one_line
     from bench.registry import load_file
-    from bench.runner import log_cell, plan, run_cell
+    from bench.runner import plan
 
     started = time.perf_counter()
     config = cell.config
@@ -130,24 +130,21 @@ def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[s
         for path in plugin_files:
             load_file(path)
         tracker = open_tracker(config.results_dir, config.tracking_uri)
-        with cell_lock(config.cache, cell.key):
-            existing = tracker.finished_runs(cell.key)
-            if existing:
-                return CellOutcome(cell.key, cell.label, "skipped", existing[0], time.perf_counter() - started,
-                                   result=tracker.load_result(existing[0]))
-            planned = plan(config)
-            if planned.key != cell.key:
-                raise BenchError(f"cell key changed from {cell.key} to {planned.key} (mechanism or task code changed?)")
-            output = run_cell(planned, log or (lambda message: None))
-            run_id = log_cell(output, planned, tracker)
-        return CellOutcome(cell.key, cell.label, "done", run_id, time.perf_counter() - started, result=output.result)
+        planned = plan(config)
+        if planned.key != cell.key:
+            raise BenchError(f"cell key changed from {cell.key} to {planned.key} (mechanism or task code changed?)")
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
-        error = " ".join(str(exc).split()) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
         if tracker is not None:
-            record_failure(tracker, cell, error, traceback.format_exc())
-        return CellOutcome(cell.key, cell.label, "failed", None, time.perf_counter() - started, error=error[:500])
+            record_failure(tracker, cell, one_line(exc), traceback.format_exc())
+        return CellOutcome(cell.key, cell.label, "failed", None, time.perf_counter() - started, error=one_line(exc)[:500])
+    try:
+        return execute(planned, tracker, log=log or (lambda message: None))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # its run is already marked FAILED
+        return CellOutcome(cell.key, cell.label, "failed", None, time.perf_counter() - started, error=one_line(exc)[:500])
 
 
 def record_failure(tracker: "Tracker", cell: Cell, error: str, trace: str) -> None:
@@ -163,11 +160,6 @@ def record_failure(tracker: "Tracker", cell: Cell, error: str, trace: str) -> No
             tracker.client.set_terminated(run.info.run_id, "FAILED")
     except Exception as exc:  # the tracking server itself may be what failed
         print(f"[bench] could not record the failure of {cell.label} in MLflow: {exc}", file=sys.stderr)
-
-
-def cell_lock(cache_dir: Path, key: str):
-    """Returns the lock of one cell: ``cache_dir/locks/<key>.lock``."""
-    return file_lock(Path(cache_dir) / "locks" / f"{key}.lock")
 
 
 def open_tracker(results_dir: Path, uri: str | None) -> "Tracker":

@@ -45,8 +45,6 @@ if TYPE_CHECKING:
 SUITE_KEYS = ("description", "profile", "seeds", "benchmarks", "set", "attacks", "mechanisms")
 REQUIRED_SUITE_KEYS = ("profile", "seeds", "benchmarks", "mechanisms")
 MECHANISM_KEYS = ("name", "grid", "zip")
-ORPHAN_AFTER_S = 900.0
-"""A RUNNING run of a grid cell older than this is taken to be left by a killed process."""
 
 
 @dataclass(frozen=True)
@@ -378,11 +376,13 @@ def cell_label(config: "RunConfig") -> str:
 
 def finished_runs(tracker: "Tracker", keys: Iterable[str]) -> dict[str, list[str]]:
     """Returns cell key -> ids of its FINISHED runs, for the given keys that have any."""
+    from bench.tracking import counts_as_result
+
     wanted = set(keys)
     found: dict[str, list[str]] = {}
     for run in _search(tracker, "attributes.status = 'FINISHED'"):
         key = run.data.tags.get("bench.cell_key")
-        if key in wanted:
+        if key in wanted and counts_as_result(run):
             found.setdefault(key, []).append(run.info.run_id)
     return found
 
@@ -391,23 +391,6 @@ def pending(cells: Sequence[Cell], tracker: "Tracker") -> tuple[list[Cell], list
     """Splits cells into (to run, already finished)."""
     done = finished_runs(tracker, (c.key for c in cells))
     return [c for c in cells if c.key not in done], [c for c in cells if c.key in done]
-
-
-def fail_orphans(tracker: "Tracker", keys: Iterable[str], older_than_s: float = ORPHAN_AFTER_S) -> int:
-    """Marks RUNNING runs of these cells left by killed processes as FAILED; returns how many.
-
-    A run is created only once its cell is computed and stays RUNNING for the seconds its
-    logging takes, so one older than ``older_than_s`` belongs to a process that died.
-    """
-    wanted = set(keys)
-    cutoff = (time.time() - older_than_s) * 1000
-    count = 0
-    for run in _search(tracker, "attributes.status = 'RUNNING'"):
-        if run.data.tags.get("bench.cell_key") in wanted and run.info.start_time < cutoff:
-            tracker.client.set_tag(run.info.run_id, "bench.error", "orphan: its process died while logging")
-            tracker.client.set_terminated(run.info.run_id, "FAILED")
-            count += 1
-    return count
 
 
 def _search(tracker: "Tracker", filter_string: str):

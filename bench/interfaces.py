@@ -12,7 +12,7 @@ import torch
 
 from bench import scores
 from bench.config import load_preset
-from bench.datasets.base import ImageSet, Splits
+from bench.datasets.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
 from bench.params import Param, ParamSpace
 from bench.streams import Streams
@@ -253,6 +253,17 @@ class Task(_Configurable):
         """Returns the resolved configuration (logged with every run)."""
         return {}
 
+    def check_data(self, shape: DataShape | None) -> None:
+        """Checks settings against the data before any work (episode sizes against images per class).
+
+        Args:
+            shape: Split -> images per class, from :meth:`Dataset.inspect`; None when the
+                dataset cannot tell cheaply.
+
+        Raises:
+            BenchError: A setting the data cannot serve; the message names the setting.
+        """
+
 
 @dataclass(frozen=True)
 class AttackOutcome:
@@ -315,6 +326,13 @@ class Attack(_Configurable):
     def config_dict(self) -> dict[str, Any]:
         """Returns the resolved configuration (logged with every run)."""
         return {}
+
+    def check_data(self, shape: DataShape | None, eval_split: str = "test") -> None:
+        """Checks settings against the data before any work (enrolment against images per identity).
+
+        Raises:
+            BenchError: A setting the data cannot serve; the message names the setting.
+        """
 
 
 RESULT_SCHEMA = 2

@@ -6,11 +6,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
 from torch import nn
 
+from bench.cache import Cache
 from bench.cells import content_key
-from bench.datasets._cache import atomic_save
 
 
 def cached_model(
@@ -22,26 +21,31 @@ def cached_model(
 ) -> tuple[nn.Module, dict[str, Any]]:
     """Returns a trained model, training and caching it on first use.
 
+    Weights are stored as tensors only and verified on read (:mod:`bench.cache`); a damaged
+    entry is retrained. Concurrent processes train one model once.
+
     Args:
         cache_dir: The run's cache directory; models live in ``cache_dir/models``.
         key_parts: Everything the trained weights depend on (data key, config, seed).
         build: Makes the untrained model.
-        train: Trains the model in place and returns facts to keep with it.
+        train: Trains the model in place and returns facts to keep with it (numbers and
+            strings only).
         log: Progress messages.
 
     Returns:
         The model (on the device ``build``/``train`` put it on) and the training facts.
     """
-    path = Path(cache_dir) / "models" / f"{content_key(*key_parts)}.pt"
+    key = content_key(*key_parts)
     model = build()
-    if path.exists():
-        saved = torch.load(path, map_location="cpu", weights_only=False)
+
+    def make() -> dict[str, Any]:
+        started = time.perf_counter()
+        info = train(model)
+        log(f"trained {key[:8]} in {time.perf_counter() - started:.0f} s")
+        return {"state": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "info": info}
+
+    saved, hit = Cache(cache_dir).get_or_build("models", key, make, describe=repr(key_parts)[:500])
+    if hit:
         model.load_state_dict(saved["state"])
-        log(f"reused cached model {path.name}")
-        return model, saved["info"]
-    started = time.perf_counter()
-    info = train(model)
-    log(f"trained {path.stem[:8]} in {time.perf_counter() - started:.0f} s")
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    atomic_save({"state": state, "info": info, "key": list(map(str, key_parts))}, path)
-    return model, info
+        log(f"reused cached model {key[:8]}")
+    return model, saved["info"]

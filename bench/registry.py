@@ -146,6 +146,8 @@ def load_file(path: str | Path) -> None:
     path = Path(path)
     if not path.is_file():
         raise BenchError(f"no such file: {path}")
+    for registry in (mechanisms, tasks, attacks, datasets):
+        registry.discover()  # so that a plugin reusing a built-in name fails here, naming both
     module_name = f"bench_user_{path.stem}_{abs(hash(str(path.resolve()))) % 10**8}"
     if module_name in sys.modules:
         return
@@ -158,6 +160,9 @@ def load_file(path: str | Path) -> None:
         spec.loader.exec_module(module)
     except BenchError:
         raise
+    except ValueError as exc:
+        del sys.modules[module_name]
+        raise BenchError(f"{path}: {exc}") from None
     except Exception as exc:
         del sys.modules[module_name]
         raise BenchError(f"cannot import {path}: {type(exc).__name__}: {exc}") from None

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import torch
 
 from bench import rng
+from bench.cache import Cache
 from bench.cells import content_key
-from bench.datasets._cache import atomic_save
 from bench.datasets.base import ImageSet, Splits
 from bench.interfaces import Mechanism, Release, RunContext
 from bench.streams import Streams
@@ -48,19 +48,21 @@ def make_release(
         The release, whose splits keep the clean labels.
     """
     key = release_key(splits, mechanism, ctx.seed, boxes)
-    path = Path(ctx.cache_dir) / "releases" / f"{key}.pt"
     mechanism.fit(splits[public_split], ctx)
-    if path.exists():
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-        ctx.log(f"reused cached release {key[:8]}")
-    else:
-        saved = {"images": {}, "metrics": {}}
+
+    def build() -> dict[str, Any]:
+        saved: dict[str, Any] = {"images": {}, "metrics": {}}
         for name, split in splits.sets.items():
             images, recall = apply_to_split(mechanism, split, ctx, f"release/{name}", detect=boxes == "detect")
             saved["images"][name] = images
             if recall is not None:
                 saved["metrics"][f"detector_recall.{name}"] = recall
-        atomic_save(saved, path)
+        return saved
+
+    describe = f"{type(mechanism).name} {mechanism.config} seed {ctx.seed} of {splits.dataset} {splits.fingerprint}"
+    saved, hit = Cache(ctx.cache_dir).get_or_build("releases", key, build, describe)
+    if hit:
+        ctx.log(f"reused cached release {key[:8]}")
     images, metrics = saved["images"], saved["metrics"]
     return Release(
         splits=splits.replace_images(images),

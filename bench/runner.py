@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import platform
@@ -25,11 +26,15 @@ from bench.errors import BenchError
 from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
 from bench.kernels import backend as kernel_backend
 from bench.registry import attacks as attack_registry
+from bench.registry import datasets as dataset_registry
 from bench.registry import mechanisms as mechanism_registry
 from bench.registry import tasks as task_registry
 from bench.release import BOX_SOURCES, make_release
 from bench.sheets import sample_sheet
-from bench.tracking import Tracker
+
+
+SEED_LIMIT = 2**63
+"""Seeds are non-negative 63-bit integers (they feed int64 arithmetic in the streams)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ class RunConfig:
         tracking_uri: MLflow tracking URI overriding the default.
         split: Where utility and attacks are measured: ``test``, or ``val`` for tuning
             (part of the cell key: a validation cell is never a test cell).
+        verify_data: Fingerprint real datasets by their files' bytes (slower) rather than
+            by size and modification time.
     """
 
     task: str
@@ -66,6 +73,7 @@ class RunConfig:
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     tracking_uri: str | None = None
     split: str = "test"
+    verify_data: bool = False
 
     @property
     def cache(self) -> Path:
@@ -110,6 +118,13 @@ def plan(config: RunConfig) -> Plan:
     """
     if config.profile not in PROFILES:
         raise BenchError(f"unknown profile {config.profile!r} (use {', '.join(PROFILES)})")
+    if not (isinstance(config.seed, int) and 0 <= config.seed < SEED_LIMIT):
+        raise BenchError(f"--seed must be an integer in [0, 2^63), got {config.seed!r}")
+    for what, folder in (("results", config.results_dir), ("cache", config.cache)):
+        if Path(folder).exists() and not Path(folder).is_dir():
+            raise BenchError(f"the {what} directory {folder} is a file, not a directory")
+    if config.split not in ("test", "val"):
+        raise BenchError(f"unknown evaluation split {config.split!r} (use test, or val for tuning)")
     task_cls = task_registry.get(config.task)
     mechanism = mechanism_registry.get(config.mechanism)(**config.params)
     unknown = set(config.overrides) - {"task", "release", *(config.attacks or task_cls.attacks)}
@@ -123,8 +138,10 @@ def plan(config: RunConfig) -> Plan:
     task = task_cls(config.profile, config.overrides.get("task"))
     attack_names = config.attacks if config.attacks is not None else task_cls.attacks
     attacks = {name: attack_registry.get(name)(config.profile, config.overrides.get(name)) for name in attack_names}
-    if config.split not in ("test", "val"):
-        raise BenchError(f"unknown evaluation split {config.split!r} (use test, or val for tuning)")
+    shape = dataset_registry.get(task.dataset)().inspect(config.data_root, task.data_options())
+    task.check_data(shape)
+    for attack in attacks.values():
+        attack.check_data(shape, config.split)
     options: dict[str, Any] = {"overrides": config.overrides, "attacks": list(attack_names)}
     if config.split != "test":
         options["split"] = config.split
@@ -163,7 +180,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         options={}, eval_split=cfg.split, log=log, progress=progress or (lambda it, total=None, desc=None: it),
     )
     log(f"loading {plan_.task.dataset}")
-    clean = load_dataset(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache)
+    clean = load_dataset(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache, cfg.verify_data)
     log(f"releasing {plan_.task.dataset} through {cfg.mechanism}")
     boxes = cfg.overrides.get("release", {}).get("boxes", "dataset")
     release = make_release(clean, plan_.mechanism, ctx, plan_.task.public_split(), boxes)
@@ -202,12 +219,14 @@ def attack_flags(outcomes: dict[str, AttackOutcome]) -> dict[str, str]:
     return flags
 
 
-def log_cell(output: CellOutput, plan_: Plan, tracker: Tracker, sample_split: str = "test", samples: int = 8) -> str:
-    """Logs a computed cell as one MLflow run (result, configs, sample sheet); returns the run id."""
+def cell_artifacts(output: CellOutput, plan_: Plan, sample_split: str = "test",
+                   samples: int = 8) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """Returns what a cell's run carries besides its result: resolved configs and a sample sheet."""
+    run = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(plan_.config).items()}
     configs = {
         "task": plan_.task.config_dict(),
         "attacks": {name: a.config_dict() for name, a in plan_.attacks.items()},
-        "run": {k: str(v) for k, v in vars(plan_.config).items()},
+        "run": run,
     }
     split = sample_split if sample_split in output.clean else next(iter(output.clean.sets))
     clean_images = output.clean[split].images[:samples]
@@ -217,7 +236,7 @@ def log_cell(output: CellOutput, plan_: Plan, tracker: Tracker, sample_split: st
         sheet = Path(tmp) / "samples.png"
         sample_sheet([("clean", clean_images), (label, released_images)], sheet)
         artifacts = {"samples.png": sheet.read_bytes()}
-    return tracker.log_cell(output.result, configs, artifacts)
+    return configs, artifacts
 
 
 @lru_cache(maxsize=1)

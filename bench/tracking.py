@@ -1,23 +1,31 @@
-"""MLflow tracking: one run per cell, marked FINISHED only once everything is logged.
+"""MLflow tracking: the one door to MLflow. One run per cell, RUNNING while it computes.
 
-A run that dies half-way stays RUNNING or is marked FAILED; only FINISHED runs count as
-done cells, so an interrupted cell is recomputed and never half-reported.
+A cell's run is created RUNNING when its computation starts and marked FINISHED only once
+everything is logged; a failure marks it FAILED (KILLED on an interrupt) with its error.
+Only FINISHED runs that nothing supersedes count as done cells, so an interrupted cell is
+recomputed and never half-reported. The store is probed when a :class:`Tracker` opens, so
+a bad URI or an unreadable database fails in one line before any computation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from bench.errors import BenchError
+from bench.interfaces import RESULT_SCHEMA, Result
 from bench.locks import file_lock
-from bench.interfaces import Result
 
 EXPERIMENT = "privbench"
 TAG = "bench."
+SUPERSEDED = f"{TAG}superseded_by"
+PROBE_TIMEOUT_S = "3"
 
 
 def tracking_uri(results_dir: Path, explicit: str | None = None) -> str:
@@ -40,8 +48,14 @@ def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def run_name(task: str, mechanism: str, params: Mapping[str, Any], seed: int) -> str:
+    """Returns a run's name: ``task · mechanism(k=v, ...) · s<seed>``."""
+    shown = ", ".join(f"{k}={v}" for k, v in params.items())
+    return f"{task} · {mechanism}({shown}) · s{seed}"
+
+
 class Tracker:
-    """Logs results to MLflow and finds them again.
+    """Logs cells to MLflow and finds them again.
 
     Args:
         results_dir: Where the default sqlite database and artifacts live.
@@ -49,15 +63,15 @@ class Tracker:
         create: Whether a missing sqlite database may be created (False for read-only commands).
 
     Raises:
-        BenchError: ``create`` is False and the default database does not exist.
+        BenchError: The store cannot be opened (bad URI, unreachable server, unreadable or
+            foreign database, results directory that is a file), or ``create`` is False and
+            the default database does not exist.
     """
 
     def __init__(self, results_dir: Path, uri: str | None = None, create: bool = True):
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         import logging
-
-        from mlflow.tracking import MlflowClient
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -66,17 +80,40 @@ class Tracker:
         self.uri = tracking_uri(self.results_dir, uri)
         self._experiment_id: str | None = None
         if not self.uri.startswith("sqlite:///"):
-            self.client = MlflowClient(tracking_uri=self.uri)
+            self.client = self._open(probe=True)
             return
+        if self.results_dir.exists() and not self.results_dir.is_dir():
+            raise BenchError(f"results directory {self.results_dir} is a file, not a directory")
         database = Path(self.uri[len("sqlite:///"):])
         if not create and not database.exists():
             raise BenchError(f"no results database at {database} (run 'bench run' first or pass --results-dir)")
-        database.parent.mkdir(parents=True, exist_ok=True)
+        if database.exists() and not database.is_file():
+            raise BenchError(f"tracking database {database} is not a file")
+        try:
+            database.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BenchError(f"cannot create the results directory {database.parent}: {exc.strerror or exc}") from None
         # Processes starting together on one results directory would otherwise race to
         # create MLflow's sqlite schema and the experiment.
         with file_lock(database.parent / ".bench-init.lock"):
-            self.client = MlflowClient(tracking_uri=self.uri)
-            _ = self.experiment_id
+            self.client = self._open(probe=False)
+
+    def _open(self, probe: bool) -> Any:
+        """Opens the client and touches the store once; any failure is one BenchError line."""
+        from mlflow.tracking import MlflowClient
+
+        overrides = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": PROBE_TIMEOUT_S} if probe else {}
+        with _environment(overrides):
+            try:
+                client = MlflowClient(tracking_uri=self.uri)
+                self._experiment_id = None
+                self.client = client
+                _ = self.experiment_id
+            except BenchError:
+                raise
+            except Exception as exc:  # MLflow, SQLAlchemy, requests and OS errors all land here
+                raise BenchError(f"cannot open the tracking store {self.uri}: {_first_line(exc)}") from None
+        return client
 
     @property
     def experiment_id(self) -> str:
@@ -92,48 +129,75 @@ class Tracker:
                 self._experiment_id = self.client.create_experiment(EXPERIMENT, artifact_location=location)
         return self._experiment_id
 
-    def log_cell(self, result: Result, configs: Mapping[str, Any], artifacts: Mapping[str, bytes]) -> str:
-        """Logs one cell as one run and returns its run id.
+    # --- one cell's run ---------------------------------------------------------------------
+
+    def start_cell(self, cell_key: str, identity: Mapping[str, Any], lock: Path | None = None) -> str:
+        """Creates a cell's run, RUNNING from now; returns its id.
 
         Args:
-            result: The cell's result.
-            configs: Resolved configurations (task, attacks), logged as config.json.
-            artifacts: Extra files to attach: name -> content.
+            cell_key: The cell's content key.
+            identity: task, mechanism, params, seed and profile of the cell.
+            lock: The cell lock its process holds (lets a later process recognise an orphan).
         """
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Param, RunTag
 
-        name = f"{result.task}/{result.mechanism}" + "".join(f"/{k}={v}" for k, v in result.params.items())
-        run = self.client.create_run(self.experiment_id, run_name=name[:250], tags={f"{TAG}cell_key": result.cell_key})
-        run_id = run.info.run_id
-        try:
-            params = {"task": result.task, "mechanism": result.mechanism, "seed": result.seed, "profile": result.profile}
-            params.update(flatten("mech.", result.params))
-            metrics = flatten("utility.", result.utility)
-            for attack, values in result.attacks.items():
-                metrics.update(flatten(f"attack.{attack}.", values))
-            metrics.update(flatten("privacy.", result.privacy))
-            metrics.update(flatten("release.", result.release_metrics))
-            if result.privacy_score is not None:
-                metrics["privacy_score"] = result.privacy_score
-            metrics["runtime_s"] = result.runtime_s
-            tags = self._tags(result)
-            stamp = _millis()
-            self.client.log_batch(
-                run_id,
-                metrics=[Metric(k, float(v), stamp, 0) for k, v in metrics.items() if _is_number(v)],
-                params=[Param(k, str(v)) for k, v in params.items()],
-                tags=[RunTag(k, str(v)) for k, v in tags.items()],
-            )
-            with tempfile.TemporaryDirectory() as tmp:
-                files = {"result.json": result.to_json().encode(), "config.json": json.dumps(configs, indent=2, default=str).encode()}
-                files.update(artifacts)
-                for filename, content in files.items():
-                    Path(tmp, filename).write_bytes(content)
-                self.client.log_artifacts(run_id, tmp)
-        except BaseException:
-            self.client.set_terminated(run_id, "FAILED")
-            raise
+        tags = {f"{TAG}cell_key": cell_key, f"{TAG}host": socket.gethostname(), f"{TAG}pid": str(os.getpid())}
+        if lock is not None:
+            tags[f"{TAG}lock"] = str(Path(lock).resolve())
+        for name in ("task", "mechanism", "seed", "profile"):
+            tags[f"{TAG}{name}"] = str(identity[name])
+        name = run_name(identity["task"], identity["mechanism"], identity.get("params", {}), identity["seed"])
+        run = self.client.create_run(self.experiment_id, run_name=name[:250], tags=tags)
+        params = {"task": identity["task"], "mechanism": identity["mechanism"], "seed": identity["seed"],
+                  "profile": identity["profile"], **flatten("mech.", identity.get("params", {}))}
+        self.client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        return run.info.run_id
+
+    def finish_cell(self, run_id: str, result: Result, configs: Mapping[str, Any], artifacts: Mapping[str, bytes]) -> None:
+        """Logs a computed cell's metrics, tags and artifacts, then marks its run FINISHED."""
+        from mlflow.entities import Metric, RunTag
+
+        metrics = flatten("utility.", result.utility)
+        for attack, values in result.attacks.items():
+            metrics.update(flatten(f"attack.{attack}.", values))
+        metrics.update(flatten("privacy.", result.privacy))
+        metrics.update(flatten("release.", result.release_metrics))
+        if result.privacy_score is not None:
+            metrics["privacy_score"] = result.privacy_score
+        metrics["runtime_s"] = result.runtime_s
+        stamp = _millis()
+        self.client.log_batch(
+            run_id,
+            metrics=[Metric(k, float(v), stamp, 0) for k, v in metrics.items() if _is_number(v)],
+            tags=[RunTag(k, str(v)) for k, v in self._tags(result).items()],
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            files = {"result.json": result.to_json().encode(),
+                     "config.json": json.dumps(configs, indent=2, default=str).encode()}
+            files.update(artifacts)
+            for filename, content in files.items():
+                Path(tmp, filename).write_bytes(content)
+            self.client.log_artifacts(run_id, tmp)
         self.client.set_terminated(run_id, "FINISHED")
+
+    def fail_cell(self, run_id: str, error: str, trace: str = "", status: str = "FAILED") -> None:
+        """Marks a cell's run FAILED (or KILLED) with its one-line error and traceback."""
+        with contextlib.suppress(Exception):
+            self.client.set_tag(run_id, f"{TAG}error", error[:4000])
+            if trace:
+                self.client.log_text(run_id, trace, "error.txt")
+        self.client.set_terminated(run_id, status)
+
+    def log_cell(self, result: Result, configs: Mapping[str, Any], artifacts: Mapping[str, bytes]) -> str:
+        """Logs an already computed result as one FINISHED run (for imports and tests); returns its id."""
+        identity = {"task": result.task, "mechanism": result.mechanism, "params": result.params,
+                    "seed": result.seed, "profile": result.profile}
+        run_id = self.start_cell(result.cell_key, identity)
+        try:
+            self.finish_cell(run_id, result, configs, artifacts)
+        except BaseException:
+            self.fail_cell(run_id, "logging failed")
+            raise
         return run_id
 
     def _tags(self, result: Result) -> dict[str, Any]:
@@ -142,18 +206,71 @@ class Tracker:
             "mechanism_version": result.mechanism_version, "profile": result.profile, "seed": result.seed,
             "git_sha": result.git_sha, "dataset_fingerprint": result.dataset_fingerprint,
             "synthetic": result.synthetic, "device": result.device, "schema": result.schema,
+            "eval_split": result.eval_split,
             "claim": json.dumps(result.claim) if result.claim else "none",
+            "privacy_flags": json.dumps(result.privacy_flags, sort_keys=True) if result.privacy_flags else "none",
         }
         tags.update(flatten("version.", result.versions))
-        return {f"{TAG}{k}": v for k, v in tags.items()}
+        out = {f"{TAG}{k}": v for k, v in tags.items()}
+        if result.git_sha != "unknown":
+            out["mlflow.source.git.commit"] = result.git_sha.removesuffix("-dirty")
+        return out
 
-    def finished_runs(self, cell_key: str) -> list[str]:
-        """Returns the ids of FINISHED runs of a cell."""
+    # --- finding cells ----------------------------------------------------------------------
+
+    def runs_of(self, cell_key: str, status: str) -> list[Any]:
+        """Returns the runs of a cell with one status.
+
+        FINISHED runs that a forced re-run superseded, or that hold a result of another
+        schema, are left out: they are not the cell's result.
+        """
         runs = self.client.search_runs(
             [self.experiment_id],
-            filter_string=f"tags.`{TAG}cell_key` = '{cell_key}' and attributes.status = 'FINISHED'",
+            filter_string=f"tags.`{TAG}cell_key` = '{cell_key}' and attributes.status = '{status}'",
         )
-        return [r.info.run_id for r in runs]
+        if status == "FINISHED":
+            return [r for r in runs if counts_as_result(r)]
+        return list(runs)
+
+    def finished_runs(self, cell_key: str) -> list[str]:
+        """Returns the ids of the FINISHED runs of a cell that no re-run supersedes."""
+        return [r.info.run_id for r in self.runs_of(cell_key, "FINISHED")]
+
+    def supersede(self, old_ids: list[str], new_id: str) -> None:
+        """Tags earlier FINISHED runs of a cell as superseded by a forced re-run (one run counts)."""
+        for run_id in old_ids:
+            self.client.set_tag(run_id, SUPERSEDED, new_id)
+
+    def fail_orphans(self, cell_key: str, lock_free: Any) -> int:
+        """Marks RUNNING runs of a cell whose process died as FAILED; returns how many.
+
+        Args:
+            cell_key: The cell.
+            lock_free: Callable(run) -> whether the lock its process held is free now (then
+                the process is gone: a live process holds its cell lock until it ends).
+        """
+        count = 0
+        for run in self.runs_of(cell_key, "RUNNING"):
+            if lock_free(run):
+                self.fail_cell(run.info.run_id, "orphaned: its process died (killed?) before the cell finished")
+                count += 1
+        return count
+
+    def find_run(self, ref: str) -> str:
+        """Returns the run id for a run id or a cell key (its current FINISHED run).
+
+        Raises:
+            BenchError: Neither a run nor a finished cell.
+        """
+        from mlflow.exceptions import MlflowException
+
+        with contextlib.suppress(MlflowException):
+            return self.client.get_run(ref).info.run_id
+        if all(c in "0123456789abcdef" for c in ref) and ref:
+            finished = self.finished_runs(ref)
+            if finished:
+                return finished[0]
+        raise BenchError(f"no run or finished cell {ref!r} in {self.uri}")
 
     def load_result(self, run_id: str) -> Result:
         """Returns the result logged by a run.
@@ -174,12 +291,43 @@ class Tracker:
                 path = self.client.download_artifacts(run_id, "result.json", tmp)
             except (MlflowException, OSError):
                 raise BenchError(f"run {run_id!r} has no result.json: not a PrivBench cell") from None
-            return Result.from_dict(json.loads(Path(path).read_text()))
+            try:
+                return Result.from_dict(json.loads(Path(path).read_text()))
+            except ValueError as exc:
+                raise BenchError(f"run {run_id!r}: {exc}") from None
+
+
+def counts_as_result(run: Any) -> bool:
+    """Whether a FINISHED run is its cell's current result.
+
+    A run a forced re-run superseded, or one holding a result of another schema (e.g.
+    scored by an old formula), is not.
+    """
+    tags = run.data.tags
+    return SUPERSEDED not in tags and tags.get(f"{TAG}schema") == str(RESULT_SCHEMA)
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return f"{type(exc).__name__}: {line[:300]}"
 
 
 def _millis() -> int:
-    import time
-
     return int(time.time() * 1000)
 
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import os
-from pathlib import Path
 from typing import Iterator, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
+from bench.cache import Cache
 from bench.datasets.base import ImageSet, fingerprint
 from bench.errors import BenchError
 from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, RunContext, Streams
@@ -192,27 +191,24 @@ class DPLatent(Mechanism):
         self._plugged = generator
         return self
 
-    def cache_path(self, public: ImageSet, ctx: RunContext) -> Path:
-        """Returns where the default autoencoder trained on ``public`` is cached."""
+    def cache_key(self, public: ImageSet, ctx: RunContext) -> str:
+        """Returns the cache key of the default autoencoder trained on ``public``."""
         cfg = self.config
-        key = fingerprint("dp_latent", self.version, public.images, cfg["latent_dim"], cfg["steps"], ctx.seed)
-        return Path(ctx.cache_dir) / "dp_latent" / f"{key}.pt"
+        return fingerprint("dp_latent", self.version, public.images, cfg["latent_dim"], cfg["steps"], ctx.seed)
 
     def build_generator(self, public: ImageSet, ctx: RunContext) -> LatentGenerator:
-        """Returns the default generator: the cached or freshly trained autoencoder."""
-        path = self.cache_path(public, ctx)
+        """Returns the default generator: the cached (verified) or freshly trained autoencoder."""
         _, c, h, w = public.images.shape
         model = ConvAutoencoder(c, h, w, self.config["latent_dim"])
-        if path.is_file():
-            model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-        else:
+
+        def train() -> dict[str, torch.Tensor]:
             ctx.log(f"dp_latent: training an autoencoder on {len(public)} public images")
             seed = derive_seed(ctx.seed, "dp_latent", "train")
-            model = train_autoencoder(public.images, self.config["latent_dim"], self.config["steps"], seed, ctx.device)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            torch.save({k: v.cpu() for k, v in model.state_dict().items()}, tmp)
-            os.replace(tmp, path)
+            trained = train_autoencoder(public.images, self.config["latent_dim"], self.config["steps"], seed, ctx.device)
+            return {k: v.detach().cpu() for k, v in trained.state_dict().items()}
+
+        state, _ = Cache(ctx.cache_dir).get_or_build("dp_latent", self.cache_key(public, ctx), train, "autoencoder")
+        model.load_state_dict(state)
         return model.to(ctx.device, torch.float64).eval()
 
     def fit(self, public: ImageSet, ctx: RunContext) -> None:

@@ -53,6 +53,24 @@ def parse_overrides(items: list[str] | None) -> dict[str, dict[str, str]]:
     return out
 
 
+def parse_attacks(text: str | None) -> tuple[str, ...] | None:
+    """Parses ``--attacks``: None (the task's own), ``none`` (no adversary) or names.
+
+    Raises:
+        BenchError: The option names no adversary (an empty list is not ``none``).
+    """
+    if text is None:
+        return None
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    if not names:
+        raise BenchError("--attacks needs adversary names (comma-separated) or 'none'")
+    if names == ["none"]:
+        return ()
+    if "none" in names:
+        raise BenchError(f"--attacks: 'none' cannot be combined with adversaries, got {text!r}")
+    return tuple(names)
+
+
 def interactive() -> bool:
     """Whether to draw progress: stderr is a terminal and not in CI."""
     return sys.stderr.isatty() and not os.environ.get("CI")

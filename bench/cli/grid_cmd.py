@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.cli.common import add_location_args, cache_dir, data_root, interactive, parse_overrides
+from bench.cli.common import add_location_args, cache_dir, data_root, interactive, parse_attacks, parse_overrides
 from bench.errors import BenchError
 
 
@@ -111,8 +111,9 @@ def adjust_suite(suite, args: argparse.Namespace):
         for section, values in extra.items():
             merged.setdefault(section, {}).update(values)
         suite = dataclasses.replace(suite, overrides=merged)
-    if args.attacks is not None:
-        suite = dataclasses.replace(suite, attacks=tuple(a for a in args.attacks.split(",") if a and a != "none"))
+    attacks = parse_attacks(args.attacks)
+    if attacks is not None:
+        suite = dataclasses.replace(suite, attacks=attacks)
     return suite
 
 
@@ -132,6 +133,8 @@ def executor_config(args: argparse.Namespace):
     """Returns the ExecutorConfig of the parsed options."""
     from bench.executors import ExecutorConfig
 
+    if args.workers is not None and args.workers < 1:
+        raise BenchError(f"--workers must be at least 1, got {args.workers}")
     return ExecutorConfig(kind=args.executor, workers=args.workers, ray_address=args.ray_address,
                           plugin_files=tuple(p.resolve() for p in args.mechanism_file), verbose=args.verbose)
 
@@ -146,19 +149,17 @@ def run_grid(cells, where, executor, quiet: bool = False):
         quiet: No progress output.
     """
     from bench.executors import open_tracker, run_cells, worker_count
-    from bench.grid import CellOutcome, GridProgress, GridSummary, fail_orphans, finished_runs
+    from bench.grid import CellOutcome, GridProgress, GridSummary, finished_runs
 
     started = time.perf_counter()
     tracker = open_tracker(where.results_dir, where.tracking_uri)
     done = finished_runs(tracker, (c.key for c in cells))
-    orphans = fail_orphans(tracker, (c.key for c in cells))
     todo = [c for c in cells if c.key not in done]
     skipped = [CellOutcome(c.key, c.label, "skipped", done[c.key][0]) for c in cells if c.key in done]
     workers = worker_count(todo, executor)
     if not quiet:
-        note = f"; {orphans} orphaned run(s) of killed processes marked FAILED" if orphans else ""
         print(f"[bench] grid: {len(cells)} cells, {len(skipped)} already finished, {len(todo)} to run "
-              f"({executor.kind}, {workers or 'as many as the cluster allows'} at a time){note}", file=sys.stderr,
+              f"({executor.kind}, {workers or 'as many as the cluster allows'} at a time)", file=sys.stderr,
               flush=True)
     progress = GridProgress(len(todo), interactive=interactive() and not quiet)
     try:
@@ -170,8 +171,8 @@ def run_grid(cells, where, executor, quiet: bool = False):
 
 def grid(args: argparse.Namespace) -> int:
     """Expands and validates the cells, runs the unfinished ones and prints the summary."""
-    _, where, cells = build_cells(args)
     executor = executor_config(args)
+    _, where, cells = build_cells(args)
     if args.dry_run:
         return _dry_run(cells, where)
     summary = run_grid(cells, where, executor)

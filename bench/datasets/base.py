@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import abc
+import contextvars
 import hashlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import torch
 
@@ -82,7 +83,8 @@ class Splits:
     Attributes:
         dataset: Registered dataset name.
         sets: Split name -> images ("train", "val", "test"; "query", "gallery" for reID).
-        fingerprint: Content hash of the data and the options it was loaded with.
+        fingerprint: Digest of the decoded content (images, labels, attributes, boxes and
+            split membership): equal for two copies of a dataset, changed by any pixel.
         synthetic: Whether the data is a synthetic stand-in.
         info: Free-form facts for reports (sizes, source, options).
     """
@@ -105,6 +107,37 @@ class Splits:
     def replace_images(self, images: Mapping[str, torch.Tensor]) -> "Splits":
         """Returns splits whose images are replaced split by split (labels kept)."""
         return replace(self, sets={name: s.with_images(images[name]) for name, s in self.sets.items()})
+
+
+@dataclass(frozen=True)
+class SplitShape:
+    """How many images each class (identity) of a split has: enough to check settings against.
+
+    Attributes:
+        counts: Images per class, one entry per class.
+    """
+
+    counts: tuple[int, ...]
+
+    @classmethod
+    def of_labels(cls, labels: Sequence[int]) -> "SplitShape":
+        """Counts the images of each label."""
+        from collections import Counter
+
+        return cls(tuple(sorted(Counter(labels).values(), reverse=True)))
+
+    @property
+    def images(self) -> int:
+        """Images in the split."""
+        return sum(self.counts)
+
+    def classes_with(self, at_least: int) -> int:
+        """Classes with at least ``at_least`` images."""
+        return sum(c >= at_least for c in self.counts)
+
+
+DataShape = Mapping[str, SplitShape]
+"""Split name -> its shape (what :meth:`Dataset.inspect` returns)."""
 
 
 class Dataset(abc.ABC):
@@ -132,17 +165,124 @@ class Dataset(abc.ABC):
             BenchError: The data is missing or malformed; the message names the layout.
         """
 
+    def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape | None:
+        """Checks that the data is there and the options are valid, cheaply and writing nothing.
+
+        Called while a cell is planned, before any work. Returns the splits' shapes when
+        they are cheap to know (then tasks and attacks check their settings against them),
+        else None.
+
+        Raises:
+            BenchError: Missing data (naming the layout) or invalid options.
+        """
+        return None
+
     def missing(self, root: Path | None, what: str) -> BenchError:
         """Returns the error for data that is not where the layout says."""
         where = f"under {root}" if root is not None else "(no --data-root or BENCH_DATA given)"
         return BenchError(f"{self.name}: {what} not found {where}; expected {self.layout}")
 
 
-def load_dataset(name: str, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
-    """Loads a registered dataset by name."""
+_VERIFY_BYTES: contextvars.ContextVar[bool] = contextvars.ContextVar("verify_bytes", default=False)
+
+
+def load_dataset(name: str, root: Path | None, options: Mapping[str, Any], cache_dir: Path,
+                 verify_data: bool = False) -> Splits:
+    """Loads a registered dataset by name.
+
+    Args:
+        name: Registered dataset name.
+        root: Data root of real datasets.
+        options: Loader options.
+        cache_dir: Where decoded or generated splits are cached.
+        verify_data: Fingerprint real source files by their bytes rather than by size and
+            modification time (slower; catches a file rewritten in place with its old mtime).
+    """
     from bench.registry import datasets
 
-    return datasets.get(name)().load(root, options, cache_dir)
+    token = _VERIFY_BYTES.set(verify_data)
+    try:
+        return datasets.get(name)().load(root, options, cache_dir)
+    finally:
+        _VERIFY_BYTES.reset(token)
+
+
+def source_fingerprint(paths: Sequence[Path]) -> str:
+    """Returns a hash of the source files a real dataset reads.
+
+    By default each file contributes its name, size and modification time (a stat per
+    file); under ``load_dataset(..., verify_data=True)`` its bytes (xxh3-128). A changed
+    source therefore changes the dataset's fingerprint, and with it every cache key built
+    on it, so decoded splits and releases of the old files are never used.
+    """
+    import xxhash
+
+    from bench.cache import checksum
+
+    verify = _VERIFY_BYTES.get()
+    h = xxhash.xxh3_128()
+    h.update(b"bytes" if verify else b"stat")
+    for path in paths:
+        path = Path(path)
+        try:
+            if verify:
+                part = f"{path.name}\0{checksum(path)}"
+            else:
+                st = path.stat()
+                part = f"{path.name}\0{st.st_size}\0{st.st_mtime_ns}"
+        except OSError as exc:
+            raise BenchError(f"cannot read {path}: {exc.strerror or exc}") from None
+        h.update(part.encode() + b"\n")
+    return h.hexdigest()
+
+
+def cached_splits(cache_dir: Path, dataset: str, key: str, build: Callable[[], Any]) -> tuple[Any, str]:
+    """Returns a dataset's decoded or generated payload and its content fingerprint, building it once.
+
+    The entry's ``key`` names what the payload is made from (loader version, options,
+    annotations, :func:`source_fingerprint` of the image files); the returned fingerprint
+    is a digest of the payload itself (:func:`content_digest`), so two copies of a dataset
+    give one fingerprint and any changed pixel gives another.
+    """
+    from bench.cache import Cache
+
+    def make() -> dict[str, Any]:
+        payload = build()
+        return {"payload": payload, "content": content_digest(payload)}
+
+    entry, _ = Cache(cache_dir).get_or_build(f"datasets/{dataset}", key, make, describe=dataset)
+    return entry["payload"], entry["content"]
+
+
+def content_digest(payload: Any) -> str:
+    """Returns a 16-hex-digit digest of a payload's tensors and values (its ``info`` left out).
+
+    ``info`` holds facts for people (source paths, counts), which differ between copies of
+    one dataset and do not change a number.
+    """
+    import xxhash
+
+    h = xxhash.xxh3_128()
+
+    def walk(obj: Any, where: str) -> None:
+        if isinstance(obj, torch.Tensor):
+            t = obj.detach().cpu().contiguous()
+            h.update(f"{where}:{t.dtype}:{tuple(t.shape)}".encode())
+            if t.numel():
+                h.update(t.view(-1).view(torch.uint8).numpy().data)
+        elif isinstance(obj, Mapping):
+            for k in sorted(obj, key=str):
+                if not (where == "" and k == "info"):
+                    walk(obj[k], f"{where}/{k}")
+        elif isinstance(obj, (list, tuple)):
+            h.update(f"{where}:{type(obj).__name__}{len(obj)}".encode())
+            for i, item in enumerate(obj):
+                walk(item, f"{where}[{i}]")
+        else:
+            h.update(f"{where}={obj!r}".encode())
+
+    walk(payload, "")
+    return h.hexdigest()[:16]
 
 
 def fingerprint(*parts: Any) -> str:

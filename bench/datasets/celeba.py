@@ -19,8 +19,16 @@ import numpy as np
 import torch
 from PIL import Image
 
-from bench.datasets._cache import load_or_build
-from bench.datasets.base import Dataset, ImageSet, Splits, fingerprint
+from bench.datasets.base import (
+    DataShape,
+    Dataset,
+    ImageSet,
+    Splits,
+    SplitShape,
+    cached_splits,
+    fingerprint,
+    source_fingerprint,
+)
 from bench.errors import BenchError
 from bench.registry import register_dataset
 from bench.seeding import make_generator
@@ -73,15 +81,7 @@ class CelebA(Dataset):
         Raises:
             BenchError: An option is invalid, or a file is missing or malformed.
         """
-        opts = resolve_options(options)
-        files = self._locate(root, opts["images"])
-        names, identities = _read_pairs(files[IDENTITY], "identity")
-        partition = dict(zip(*_read_pairs(files[PARTITION], "partition")))
-        selection = select(names, identities, partition, opts)
-        if not any(selection.values()):
-            raise BenchError(
-                f"celeba: no identity has at least min_images={opts['min_images']} images in {files[IDENTITY]}"
-            )
+        opts, files, names, identities, selection = self._select(root, options)
         used = sorted(k for k in files if k != "images" and files[k] is not None)
         key = fingerprint(
             "celeba",
@@ -89,11 +89,9 @@ class CelebA(Dataset):
             sorted(opts.items()),
             *[(k, _file_digest(files[k])) for k in used],
             *["\n".join(selection[s]) for s in SPLITS],
+            source_fingerprint([files["images"] / f for s in SPLITS for f in selection[s]]),  # type: ignore[operator]
         )
-        data = load_or_build(
-            Path(cache_dir) / "celeba" / f"{key}.pt",
-            lambda: _build(files, selection, dict(zip(names, identities)), opts),
-        )
+        data, content = cached_splits(cache_dir, "celeba", key, lambda: _build(files, selection, dict(zip(names, identities)), opts))
         sets = {s: _image_set(data, s) for s in SPLITS}
         info = {
             "source": str(files["images"].parent),
@@ -103,7 +101,33 @@ class CelebA(Dataset):
             "n_images": {s: len(t) for s, t in sets.items()},
             "boxes": data["box_source"],
         }
-        return Splits(dataset=self.name, sets=sets, fingerprint=key, synthetic=False, info=info)
+        return Splits(dataset=self.name, sets=sets, fingerprint=content, synthetic=False, info=info)
+
+    def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
+        """Finds the files, selects identities and returns the splits' shapes (reads annotations only)."""
+        _, _, names, identities, selection = self._select(root, options)
+        identity = dict(zip(names, identities))
+        return {s: SplitShape.of_labels([identity[f] for f in selection[s]]) for s in SPLITS}
+
+    def _select(self, root: Path | None, options: Mapping[str, Any]):
+        """Returns (options, files, image names, identities, split -> selected names).
+
+        Raises:
+            BenchError: Missing files, bad options, or no identity with enough images.
+        """
+        opts = resolve_options(options)
+        files = self._locate(root, opts["images"])
+        names, identities = _read_pairs(files[IDENTITY], "identity")
+        partition = dict(zip(*_read_pairs(files[PARTITION], "partition")))
+        selection = select(names, identities, partition, opts)
+        if not any(selection.values()):
+            counts = Counter(identities)
+            most = max(counts.values()) if counts else 0
+            raise BenchError(
+                f"celeba: no identity has at least min_images={opts['min_images']} images in {files[IDENTITY]} "
+                f"(the most any identity has is {most}; lower it with --set task.data.min_images=N)"
+            )
+        return opts, files, names, identities, selection
 
     def _locate(self, root: Path | None, images: str) -> dict[str, Path | None]:
         """Finds the image folder and annotation files; raises the missing-data error."""

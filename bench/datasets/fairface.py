@@ -14,8 +14,7 @@ from typing import Any, Mapping
 
 import torch
 
-from bench.datasets._cache import load_or_build
-from bench.datasets.base import Dataset, ImageSet, Splits, fingerprint
+from bench.datasets.base import Dataset, ImageSet, Splits, cached_splits, fingerprint, source_fingerprint
 from bench.datasets.market1501 import (
     check_options,
     decode_images,
@@ -115,7 +114,16 @@ class FairFace(Dataset):
     )
     description = "FairFace face attributes (gender, 9 age bins, 7 race groups); train and val (as test)"
 
-    def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
+    def inspect(self, root: Path | None, options: Mapping[str, Any]) -> None:
+        """Checks the label files and that every listed image exists (no decoding)."""
+        self._index(root, options)
+
+    def _index(self, root: Path | None, options: Mapping[str, Any]):
+        """Returns (size, data dir, image dir, split -> (files, attribute codes)).
+
+        Raises:
+            BenchError: Bad options, missing label files or images.
+        """
         check_options(self.name, options, _OPTIONS)
         size = image_size(options.get("size"), (112, 112))
         max_images = positive_int(options, "max_images")
@@ -139,9 +147,14 @@ class FairFace(Dataset):
                 raise self.missing(root, what)
             if not files:
                 raise self.missing(root, f"rows in {data_dir / SPLIT_FILES[split]}")
+        return size, data_dir, image_dir, labels
+
+    def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
+        size, data_dir, image_dir, labels = self._index(root, options)
         csv_bytes = [(data_dir / name).read_bytes() for name in SPLIT_FILES.values()]
         selected = {split: files for split, (files, _) in labels.items()}
-        fp = fingerprint(self.name, FORMAT_VERSION, csv_bytes, selected, sizes, size)
+        fp = fingerprint(self.name, FORMAT_VERSION, csv_bytes, selected, size,
+                         source_fingerprint([image_dir / f for files in selected.values() for f in files]))
 
         def build() -> dict[str, Any]:
             sets = {
@@ -155,8 +168,8 @@ class FairFace(Dataset):
             }
             return to_payload(sets, info)
 
-        payload = load_or_build(Path(cache_dir) / self.name / f"{fp}.pt", build)
-        return Splits(self.name, from_payload(payload), fp, synthetic=False, info=payload["info"])
+        payload, content = cached_splits(cache_dir, self.name, fp, build)
+        return Splits(self.name, from_payload(payload), content, synthetic=False, info=payload["info"])
 
     def _read_split(
         self, split: str, image_dir: Path, files: list[str], codes: dict[str, list[int]], size: tuple[int, int]

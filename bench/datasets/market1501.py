@@ -31,8 +31,16 @@ import numpy as np
 import torch
 from PIL import Image
 
-from bench.datasets._cache import load_or_build
-from bench.datasets.base import Dataset, ImageSet, Splits, fingerprint
+from bench.datasets.base import (
+    DataShape,
+    Dataset,
+    ImageSet,
+    Splits,
+    SplitShape,
+    cached_splits,
+    fingerprint,
+    source_fingerprint,
+)
 from bench.errors import BenchError
 from bench.registry import register_dataset
 
@@ -321,7 +329,18 @@ class Market1501(Dataset):
     )
     description = "Market-1501 person re-identification (751 train / 750 test identities, 6 cameras)"
 
-    def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
+    def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
+        """Lists the images (no decoding) and returns each split's identities and their image counts."""
+        _, _, _, selected = self._select(root, options)
+        return {split: SplitShape.of_labels([im.pid for im in images if im.pid not in (JUNK_PID, DISTRACTOR_PID)])
+                for split, images in selected.items()}
+
+    def _select(self, root: Path | None, options: Mapping[str, Any]):
+        """Returns (size, data dir, attribute file or None, split -> selected images).
+
+        Raises:
+            BenchError: Bad options or missing files.
+        """
         check_options(self.name, options, _OPTIONS)
         size = person_size(options.get("size"), (128, 64))
         max_ids = positive_int(options, "max_ids")
@@ -340,10 +359,14 @@ class Market1501(Dataset):
         attr_path = Path(options["attributes"]) if options.get("attributes") else find_attribute_file(data_dir, root)
         if options.get("attributes") and not attr_path.is_file():
             raise self.missing(root, f"attribute file {attr_path}")
-        selected = select(listing, max_ids, per_id)
-        files = [(s, im.path.name, im.path.stat().st_size) for s, ims in selected.items() for im in ims]
+        return size, data_dir, attr_path, select(listing, max_ids, per_id)
+
+    def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
+        size, data_dir, attr_path, selected = self._select(root, options)
+        files = [(s, im.path.name) for s, ims in selected.items() for im in ims]
         attr_id = (attr_path.name, attr_path.read_bytes()) if attr_path else None
-        fp = fingerprint(self.name, FORMAT_VERSION, files, attr_id, size)
+        sources = source_fingerprint([im.path for ims in selected.values() for im in ims])
+        fp = fingerprint(self.name, FORMAT_VERSION, files, attr_id, size, sources)
 
         def build() -> dict[str, Any]:
             table = read_attributes(attr_path) if attr_path else None
@@ -360,8 +383,8 @@ class Market1501(Dataset):
             }
             return to_payload(sets, info)
 
-        payload = load_or_build(Path(cache_dir) / self.name / f"{fp}.pt", build)
-        return Splits(self.name, from_payload(payload), fp, synthetic=False, info=payload["info"])
+        payload, content = cached_splits(cache_dir, self.name, fp, build)
+        return Splits(self.name, from_payload(payload), content, synthetic=False, info=payload["info"])
 
     def _read_split(
         self, split: str, images: list[MarketImage], size: tuple[int, int], table: dict[int, tuple[int, int]] | None

@@ -19,8 +19,7 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 import torch.nn.functional as F
 
-from bench.datasets._cache import load_or_build
-from bench.datasets.base import Dataset, ImageSet, Splits, fingerprint
+from bench.datasets.base import DataShape, Dataset, ImageSet, Splits, SplitShape, cached_splits, fingerprint
 from bench.errors import BenchError
 from bench.registry import register_dataset
 from bench.seeding import make_generator
@@ -101,6 +100,11 @@ class SynthFaces(Dataset):
     layout = "nothing: faces are generated (options n_ids, per_id, size, split_ids, variation, seed)"
     description = "synthetic faces: identity-disjoint train/val/test splits of procedurally rendered faces"
 
+    def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
+        """Returns the shape the options imply: every identity has ``per_id`` images."""
+        opts = resolve_options(options)
+        return {name: SplitShape((opts["per_id"],) * n) for name, n in zip(("train", "val", "test"), opts["split_ids"])}
+
     def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
         """Generates (or reads from the cache) the train/val/test splits.
 
@@ -115,7 +119,7 @@ class SynthFaces(Dataset):
         """
         opts = resolve_options(options)
         key = fingerprint("synth_faces", GENERATOR_VERSION, sorted(opts.items()))
-        data = load_or_build(Path(cache_dir) / "synth_faces" / f"{key}.pt", lambda: generate(**opts))
+        data, content = cached_splits(cache_dir, "synth_faces", key, lambda: generate(**opts))
         sets = {name: _image_set(data, name) for name in ("train", "val", "test")}
         info = {
             "source": f"procedural faces (generator version {GENERATOR_VERSION})",
@@ -123,7 +127,7 @@ class SynthFaces(Dataset):
             "n_images": {name: len(s) for name, s in sets.items()},
             "n_ids": dict(zip(("train", "val", "test"), opts["split_ids"])),
         }
-        return Splits(dataset=self.name, sets=sets, fingerprint=key, synthetic=True, info=info)
+        return Splits(dataset=self.name, sets=sets, fingerprint=content, synthetic=True, info=info)
 
 
 def resolve_options(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -33,8 +33,7 @@ from typing import Any, Mapping
 import torch
 import torch.nn.functional as F
 
-from bench.datasets._cache import load_or_build
-from bench.datasets.base import Dataset, ImageSet, Splits, fingerprint
+from bench.datasets.base import Dataset, ImageSet, Splits, cached_splits, fingerprint
 from bench.datasets.market1501 import AGES, GENDERS, check_options, from_payload, person_size, to_payload
 from bench.errors import BenchError
 from bench.registry import register_dataset
@@ -711,6 +710,10 @@ class SynthPersons(Dataset):
     layout = "nothing: generated on the fly (synthetic pedestrians, no files needed)"
     description = "Synthetic pedestrians for reID: clothes, accessories, 6 cameras, gender/age attributes"
 
+    def inspect(self, root: Path | None, options: Mapping[str, Any]) -> None:
+        """Checks the options (the data is generated)."""
+        resolve_options(options)
+
     def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
         resolved = resolve_options(options)
         fp = fingerprint(self.name, GENERATOR_VERSION, sorted(resolved.items()))
@@ -719,6 +722,6 @@ class SynthPersons(Dataset):
             sets, info = generate(resolved)
             return to_payload(sets, info)
 
-        payload = load_or_build(Path(cache_dir) / self.name / f"{fp}.pt", build)
-        return Splits(self.name, from_payload(payload), fp, synthetic=True, info=payload["info"])
+        payload, content = cached_splits(cache_dir, self.name, fp, build)
+        return Splits(self.name, from_payload(payload), content, synthetic=True, info=payload["info"])
 

@@ -182,20 +182,6 @@ def test_ray_executor_on_a_local_cluster(capsys, tmp_path, shared_cache):
     assert all(len(v) == 1 for v in runs_by_key(results).values())
 
 
-def test_old_running_runs_of_grid_cells_are_marked_failed(tmp_path):
-    from bench.grid import fail_orphans
-    from bench.tracking import Tracker
-
-    tracker = Tracker(tmp_path / "results")
-    now = int(time.time() * 1000)
-    old = tracker.client.create_run(tracker.experiment_id, start_time=now - 3600_000, tags={"bench.cell_key": "k1"})
-    fresh = tracker.client.create_run(tracker.experiment_id, start_time=now, tags={"bench.cell_key": "k2"})
-    other = tracker.client.create_run(tracker.experiment_id, start_time=now - 3600_000, tags={"bench.cell_key": "k3"})
-    assert fail_orphans(tracker, ["k1", "k2"]) == 1
-    status = {run.info.run_id: tracker.client.get_run(run.info.run_id).info.status for run in (old, fresh, other)}
-    assert status == {old.info.run_id: "FAILED", fresh.info.run_id: "RUNNING", other.info.run_id: "RUNNING"}
-
-
 @pytest.mark.slow
 def test_smoke_suite_runs_at_least_12_cells_and_a_rerun_starts_none(tmp_path, shared_cache):
     results = tmp_path / "results"

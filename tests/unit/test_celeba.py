@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
@@ -147,13 +148,45 @@ def test_other_layouts_load_the_same(layout, splits, tmp_path):
 def test_cache_is_reused(tmp_path):
     fx = write_celeba(tmp_path / "data", n_ids=4, per_id=3, small_ids=0)
     first = load(fx.root, tmp_path / "cache")
-    assert [p.stem for p in (tmp_path / "cache" / "celeba").glob("*.pt")] == [first.fingerprint]
+    entries = list((tmp_path / "cache" / "datasets" / "celeba").glob("*/MANIFEST.json"))
+    assert len(entries) == 1
     assert load(fx.root, tmp_path / "other", size=32).fingerprint != first.fingerprint
-    shutil.rmtree(fx.base / "img_align_celeba")
-    (fx.base / "img_align_celeba").mkdir()
     second = load(fx.root, tmp_path / "cache")
     assert torch.equal(first["train"].images, second["train"].images)
     assert not list((tmp_path / "cache").rglob("*.tmp"))
+
+
+def test_a_changed_image_invalidates_the_decoded_cache(tmp_path):
+    fx = write_celeba(tmp_path / "data", n_ids=4, per_id=3, small_ids=0)
+    first = load(fx.root, tmp_path / "cache")
+    image = sorted((fx.base / "img_align_celeba").iterdir())[0]
+    Image.new("RGB", (178, 218), (255, 0, 0)).save(image)
+    second = load(fx.root, tmp_path / "cache")
+    assert second.fingerprint != first.fingerprint
+    assert len(list((tmp_path / "cache" / "datasets" / "celeba").glob("*/MANIFEST.json"))) == 2
+
+
+def test_verify_data_hashes_image_bytes(tmp_path, monkeypatch):
+    from bench.datasets.base import load_dataset
+
+    decoded = []
+    real_decode = celeba.decode
+    monkeypatch.setattr(celeba, "decode", lambda *a, **k: decoded.append(1) or real_decode(*a, **k))
+    fx = write_celeba(tmp_path / "data", n_ids=4, per_id=3, small_ids=0)
+    options = {"min_images": 3, "size": 32, "split_fractions": (0.5, 0.25, 0.25)}
+    for verify in (False, True):
+        load_dataset("celeba", fx.root, options, tmp_path / "cache", verify_data=verify)
+    image = sorted((fx.base / "img_align_celeba").iterdir())[0]
+    stat = image.stat()
+    data = bytearray(image.read_bytes())
+    data[len(data) // 2] ^= 0x55  # same size, mtime restored: only the bytes tell
+    image.write_bytes(bytes(data))
+    os.utime(image, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert len(decoded) == 2
+    load_dataset("celeba", fx.root, options, tmp_path / "cache")
+    assert len(decoded) == 2  # size and mtime unchanged: the stat fingerprint cannot see it
+    load_dataset("celeba", fx.root, options, tmp_path / "cache", verify_data=True)
+    assert len(decoded) == 3  # the bytes changed: decoded again
 
 
 def test_annotation_content_changes_the_fingerprint(tmp_path):

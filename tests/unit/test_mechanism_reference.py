@@ -438,7 +438,10 @@ def test_dp_latent_caches_the_model_by_public_content(tmp_path, monkeypatch):
     public = public_set(random_batch(16, 3, 12, 12, seed=3))
     first = make("dp_latent", latent_dim=4, steps=10)
     first.fit(public, latent_context(tmp_path))
-    assert first.cache_path(public, latent_context(tmp_path)).is_file()
+    from bench.cache import Cache
+
+    ctx = latent_context(tmp_path)
+    assert Cache(ctx.cache_dir).open("dp_latent", first.cache_key(public, ctx)) is not None
     import mechanisms.dp_latent as dp_latent
 
     monkeypatch.setattr(dp_latent, "train_autoencoder", lambda *a, **k: pytest.fail("retrained a cached model"))
@@ -447,7 +450,7 @@ def test_dp_latent_caches_the_model_by_public_content(tmp_path, monkeypatch):
     x = random_batch(2, 3, 12, 12, seed=4)
     assert torch.equal(first.apply(x, generator=streams(2)), again.apply(x, generator=streams(2)))
     other = public_set(random_batch(16, 3, 12, 12, seed=5))
-    assert make("dp_latent").cache_path(other, latent_context(tmp_path)) != first.cache_path(public, latent_context(tmp_path))
+    assert make("dp_latent").cache_key(other, ctx) != first.cache_key(public, ctx)
 
 
 def test_dp_latent_accepts_any_generator(tmp_path):

@@ -36,8 +36,8 @@ def test_release_is_cached_by_content_key(tmp_path):
     splits = _splits()
     mech = mechanisms.get("dp_pix")(epsilon=1, block=2)
     first = make_release(splits, mech, _ctx(tmp_path))
-    cached = list((tmp_path / "releases").glob("*.pt"))
-    assert [p.stem for p in cached] == [first.key]
+    cached = [p for p in (tmp_path / "releases").iterdir() if not p.name.startswith(".")]
+    assert [p.name for p in cached] == [first.key]
     again = make_release(splits, mech, _ctx(tmp_path))
     assert all(torch.equal(first.splits[s].images, again.splits[s].images) for s in ("train", "test"))
     assert torch.equal(first.splits["test"].labels, splits["test"].labels)

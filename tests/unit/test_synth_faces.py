@@ -136,8 +136,8 @@ def test_identities_differ():
 
 def test_cache_is_reused(tmp_path, monkeypatch):
     first = SynthFaces().load(None, SMALL, tmp_path)
-    files = list((tmp_path / "synth_faces").glob("*.pt"))
-    assert [f.stem for f in files] == [first.fingerprint]
+    entries = [p for p in (tmp_path / "datasets" / "synth_faces").iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1 and (entries[0] / "MANIFEST.json").is_file()
     monkeypatch.setattr(synth, "generate", lambda **kw: pytest.fail("regenerated despite the cache"))
     second = SynthFaces().load(None, SMALL, tmp_path)
     assert second.fingerprint == first.fingerprint
@@ -145,13 +145,15 @@ def test_cache_is_reused(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("*.tmp"))
 
 
-def test_unreadable_cache_is_rebuilt(tmp_path):
+def test_unreadable_cache_is_rebuilt(tmp_path, capsys):
     first = SynthFaces().load(None, SMALL, tmp_path)
-    path = tmp_path / "synth_faces" / f"{first.fingerprint}.pt"
+    (path,) = (tmp_path / "datasets" / "synth_faces").glob("*/object.pt")
     path.write_bytes(b"truncated")
     second = SynthFaces().load(None, SMALL, tmp_path)
     assert torch.equal(second["train"].images, first["train"].images)
+    assert second.fingerprint == first.fingerprint
     assert path.stat().st_size > 1000
+    assert "is damaged" in capsys.readouterr().err
 
 
 def test_fingerprint_covers_options(tmp_path):

@@ -1,0 +1,107 @@
+"""One computation per cell: the path every ``bench run``, grid worker, tune trial and Ray task takes.
+
+1. :func:`bench.runner.plan` has validated everything and written nothing;
+2. the tracking store was probed when its :class:`~bench.tracking.Tracker` opened;
+3. :func:`execute` takes the cell's lock (``<cache>/locks/<key>.lock``), marks runs of the
+   cell whose process died as FAILED, and returns the FINISHED run if there is one (unless
+   ``force``);
+4. it creates the run RUNNING, computes the cell, logs it and marks it FINISHED; a failure
+   marks it FAILED (KILLED on an interrupt); a forced re-run supersedes the earlier run.
+
+Two processes that reach one cell at once therefore compute it once: the second waits for
+the lock and then finds the first one's FINISHED run.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from bench.errors import BenchError
+from bench.locks import file_lock, lock_is_free, pid_alive
+
+if TYPE_CHECKING:
+    from bench.grid import CellOutcome
+    from bench.runner import Plan
+    from bench.tracking import Tracker
+
+
+def lock_path(cache_dir: Path, key: str) -> Path:
+    """Returns the lock file of one cell."""
+    return Path(cache_dir) / "locks" / f"{key}.lock"
+
+
+def execute(
+    planned: "Plan",
+    tracker: "Tracker",
+    force: bool = False,
+    log: Callable[[str], None] = lambda message: None,
+    progress: Callable[..., Any] | None = None,
+) -> "CellOutcome":
+    """Computes and logs one planned cell unless it is already FINISHED.
+
+    Args:
+        planned: A plan from :func:`bench.runner.plan`.
+        tracker: The opened (probed) tracking store.
+        force: Compute again even when a FINISHED run exists; the earlier run is then
+            tagged superseded, so one run counts.
+        log: Progress lines.
+        progress: Progress-bar wrapper for long loops.
+
+    Returns:
+        ``skipped`` with the existing run and its result, or ``done`` with the new run.
+
+    Raises:
+        Whatever the computation raised, after its run was marked FAILED (or KILLED).
+    """
+    from bench.grid import CellOutcome, cell_label
+    from bench.runner import cell_artifacts, run_cell
+
+    started = time.perf_counter()
+    cfg = planned.config
+    key, label = planned.key, cell_label(cfg)
+    lock = lock_path(cfg.cache, key)
+    with file_lock(lock):
+        orphans = tracker.fail_orphans(key, lambda run: _orphaned(run, lock))
+        if orphans:
+            log(f"marked {orphans} run(s) of this cell left by a killed process FAILED")
+        existing = tracker.finished_runs(key)
+        if existing and not force:
+            result = tracker.load_result(existing[0])
+            return CellOutcome(key, label, "skipped", existing[0], time.perf_counter() - started, result=result)
+        identity = {"task": cfg.task, "mechanism": cfg.mechanism, "params": dict(planned.mechanism.config),
+                    "seed": cfg.seed, "profile": cfg.profile}
+        run_id = tracker.start_cell(key, identity, lock)
+        try:
+            output = run_cell(planned, log, progress)
+            configs, artifacts = cell_artifacts(output, planned)
+            tracker.finish_cell(run_id, output.result, configs, artifacts)
+        except KeyboardInterrupt:
+            tracker.fail_cell(run_id, "interrupted", status="KILLED")
+            raise
+        except BaseException as exc:
+            tracker.fail_cell(run_id, one_line(exc), traceback.format_exc())
+            raise
+        if existing:
+            tracker.supersede(existing, run_id)
+    return CellOutcome(key, label, "done", run_id, time.perf_counter() - started, result=output.result)
+
+
+def one_line(exc: BaseException) -> str:
+    """Returns an error as one line: a BenchError's message, else ``Type: message``."""
+    text = " ".join(str(exc).split())
+    return text if isinstance(exc, BenchError) else f"{type(exc).__name__}: {text}"
+
+
+def _orphaned(run: Any, held: Path) -> bool:
+    """Whether a RUNNING run's process is gone (we hold ``held``, this cell's lock)."""
+    tags = run.data.tags
+    their_lock = tags.get("bench.lock")
+    if their_lock and their_lock == str(held.resolve()):
+        return True  # its process would hold this very lock if it were alive
+    if tags.get("bench.host") == socket.gethostname() and tags.get("bench.pid", "").isdigit():
+        return not pid_alive(int(tags["bench.pid"]))
+    return bool(their_lock) and Path(their_lock).exists() and lock_is_free(Path(their_lock))
