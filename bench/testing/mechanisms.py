@@ -21,7 +21,10 @@ Mechanisms whose ``claim()`` is not None must also let the suite observe their n
 register a :class:`NoiseProbe` with :func:`register_noise_probe` (a subclass of a
 registered mechanism inherits its parent's probe). The probe runs the mechanism where no
 clipping is in play and a Kolmogorov-Smirnov test compares the noise actually added with
-the distribution and scale the claim implies.
+the distribution and scale the claim implies. They are also audited empirically
+(:mod:`bench.audit`, :func:`check_audit`): a small audit's Clopper-Pearson lower bound on
+epsilon must not exceed the claim. Declare where the claim is within the audit's reach
+with :func:`bench.audit.conformance.register_audit_params` (re-exported here).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from bench.audit.conformance import conformance_audit, register_audit_params
 from bench.datasets.base import ImageSet
 from bench.errors import BenchError
 from bench.interfaces import Mechanism, Param, PrivacyClaim, RunContext
@@ -49,6 +53,7 @@ __all__ = [
     "CHECKS",
     "ConformanceError",
     "NoiseProbe",
+    "check_audit",
     "check_batch_independence",
     "check_boxes_required",
     "check_claim_wellformed",
@@ -60,6 +65,7 @@ __all__ = [
     "check_uint8",
     "invalid_values",
     "noise_probe_for",
+    "register_audit_params",
     "register_noise_probe",
     "run_conformance",
     "synthetic_boxes",
@@ -414,6 +420,25 @@ def check_claimed_noise(name: str, params: Mapping[str, Any] | None = None, devi
         )
 
 
+def check_audit(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
+    """A claimed mechanism passes a small empirical DP audit: the lower bound on epsilon is within its claim.
+
+    Runs :func:`bench.audit.conformance.conformance_audit` (2000 counted trials per
+    neighbouring input at 0.99 confidence) at ``params``, else at the registered audit
+    parameters, else at ``conformance_params`` or the defaults.
+    """
+    cls, mech = _build(name, params)
+    if mech.claim() is None:
+        return
+    report = conformance_audit(cls, params, _devices(device)[0], _SEED)
+    if not report.passed:
+        raise _fail(
+            name,
+            f"{report.summary()}: the claim is violated ({report.neighbours}; test {report.test}; "
+            f"{report.false_positives} false positives, {report.false_negatives} false negatives)",
+        )
+
+
 CHECKS: dict[str, Callable[..., None]] = {
     "claim_wellformed": check_claim_wellformed,
     "uint8": check_uint8,
@@ -424,6 +449,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "param_validation": check_param_validation,
     "boxes_required": check_boxes_required,
     "claimed_noise": check_claimed_noise,
+    "audit": check_audit,
 }
 """Check name -> function ``(name, params=None, device=None)`` that raises ConformanceError."""
 

@@ -11,7 +11,9 @@ from bench.registry import mechanisms, register_mechanism, scoped
 from bench.testing import CHECKS, run_conformance
 from bench.testing.mechanisms import invalid_values
 from bench.interfaces import check_batch
+from mechanisms.dp_latent import DPLatent
 from mechanisms.dp_pix import DPPix
+from mechanisms.image_dp import ImageDP
 
 
 @pytest.mark.parametrize("check", sorted(CHECKS))
@@ -34,6 +36,24 @@ class _NoChannelFactor(DPPix):
 
     def noise_scale(self, channels: int) -> float:
         return super().noise_scale(1)
+
+
+class _LatentWithoutDimension(DPLatent):
+    """DP latent noise that forgets the split of the budget over the d components (d times too little)."""
+
+    def privatise(self, latents, generator):
+        lower, upper = self.lower.to(latents.device), self.upper.to(latents.device)
+        scale = (upper - lower) / self.config["epsilon"]
+        noise = generator.laplace((latents.shape[1],), latents.dtype).to(latents.device)
+        noisy = torch.maximum(torch.minimum(latents, upper), lower).addcmul_(noise, scale)
+        return torch.maximum(torch.minimum(noisy, upper), lower)
+
+
+class _ImageDPNominalClaim(ImageDP):
+    """epsilon-image DP claiming the nominal epsilon where Eq. 3 under-counts an RGB cell (c=128)."""
+
+    def claim(self):
+        return PrivacyClaim(self.config["epsilon"], 0.0, unit="any image of this size")
 
 
 class _InPlace(Mechanism):
@@ -83,6 +103,14 @@ def test_dp_pix_without_channel_factor_fails_claimed_noise():
     assert len(failures) == 1 and "does not follow the claimed distribution" in failures[0]
 
 
+@pytest.mark.parametrize("cls", [_NoChannelFactor, _LatentWithoutDimension, _ImageDPNominalClaim])
+def test_claims_that_do_not_hold_fail_the_audit(cls):
+    with scoped():
+        register_mechanism("broken_claim")(cls)
+        failures = run_conformance("broken_claim", checks=["audit"])
+    assert len(failures) == 1 and "exceeds claimed epsilon" in failures[0], failures
+
+
 def test_in_place_mechanism_fails_input_untouched():
     assert "input_untouched" in failed_checks(_InPlace, "broken_in_place")
 
@@ -107,7 +135,7 @@ def test_correct_subclass_inherits_probe_and_passes():
 
     with scoped():
         register_mechanism("dp_pix_renamed")(Renamed)
-        assert run_conformance("dp_pix_renamed", checks=["claimed_noise"]) == []
+        assert run_conformance("dp_pix_renamed", checks=["claimed_noise", "audit"]) == []
 
 
 def test_invalid_values_cover_range_type_and_none():
