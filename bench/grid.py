@@ -169,7 +169,10 @@ def load_suite(ref: str | Path) -> Suite:
         path = Path(text_ref)
         if not path.is_file():
             raise BenchError(f"no suite file {text_ref}")
-        text, name = path.read_text(), path.stem
+        try:
+            text, name = path.read_text(encoding="utf-8"), path.stem
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BenchError(f"suite file {text_ref} cannot be read as UTF-8 text ({type(exc).__name__})") from None
     else:
         resource = resources.files("bench") / "suites" / f"{text_ref}.yaml"
         if not resource.is_file():

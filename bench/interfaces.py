@@ -45,12 +45,15 @@ class PrivacyClaim:
         delta: The failure probability (0 for pure DP).
         unit: The neighbourhood, e.g. ``"m-pixel (m=1)"``, ``"any image of this size"``.
         note: Caveats (e.g. a data-dependent step the accountant does not cover).
+        withheld: Released splits the claim does not cover (e.g. the split a mechanism
+            was fitted on).
     """
 
     epsilon: float
     delta: float = 0.0
     unit: str = ""
     note: str = ""
+    withheld: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the claim as a JSON-ready dict."""
@@ -58,7 +61,8 @@ class PrivacyClaim:
 
     def __str__(self) -> str:
         delta = f", delta={self.delta:g}" if self.delta else ""
-        return f"epsilon={self.epsilon:g}{delta} [{self.unit}]"
+        withheld = f" (withheld for {', '.join(self.withheld)})" if self.withheld else ""
+        return f"epsilon={self.epsilon:g}{delta} [{self.unit}]{withheld}"
 
 
 class Mechanism(abc.ABC):
@@ -240,10 +244,6 @@ class Task(_Configurable):
     @abc.abstractmethod
     def data_options(self) -> dict[str, Any]:
         """Returns the loader options of this task's profile (sizes, split sizes)."""
-
-    def public_split(self) -> str:
-        """Returns the split a mechanism may fit on (public data, not released to tasks)."""
-        return "train"
 
     @abc.abstractmethod
     def evaluate(self, clean: Splits, released: Release, ctx: RunContext) -> dict[str, float]:

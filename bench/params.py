@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -76,6 +77,8 @@ class Param:
             raise BenchError(f"{where} expects {self.type.__name__}, got {value!r}") from None
         if isinstance(number, float) and not math.isfinite(number):
             raise BenchError(f"{where} must be finite, got {value!r}")
+        if isinstance(number, float) and number != 0 and abs(number) < sys.float_info.min:
+            raise BenchError(f"{where} must be a normal float (|x| >= {sys.float_info.min:g}), got {value!r}")
         if self.type is int:
             if float(number) != int(number):
                 raise BenchError(f"{where} expects an integer, got {value!r}")

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Callable
 
 import torch
 
 from bench import rng
 from bench.cache import Cache
 from bench.cells import content_key
-from bench.datasets.base import ImageSet, Splits
-from bench.interfaces import Mechanism, Release, RunContext
+from bench.datasets.base import ImageSet, Splits, content_digest
+from bench.interfaces import Mechanism, PrivacyClaim, Release, RunContext
 from bench.streams import Streams
 
 BATCH = 1024
@@ -21,25 +22,40 @@ BOX_SOURCES = ("dataset", "detect")
 RELEASE_FORMAT = 2
 
 
-def release_key(splits: Splits, mechanism: Mechanism, seed: int, boxes: str = "dataset") -> str:
-    """Returns the content key of (data, mechanism, version, params, seed, box source)."""
+def release_key(splits: Splits, mechanism: Mechanism, seed: int, boxes: str = "dataset", fitted_on: str = "") -> str:
+    """Returns the content key of (data, mechanism, version, params, seed, box source, fitting data)."""
     m = type(mechanism)
     parts = ["release", RELEASE_FORMAT, rng.VERSION, splits.fingerprint, m.name, m.version, mechanism.config, seed]
     if m.uses_boxes and boxes != "dataset":
         parts.append(boxes)
+    if fitted_on:
+        parts.append(fitted_on)
     return content_key(*parts)
 
 
+def needs_fit(mechanism: Mechanism) -> bool:
+    """Whether a mechanism fits on data before it releases (it overrides :meth:`Mechanism.fit`)."""
+    return type(mechanism).fit is not Mechanism.fit
+
+
 def make_release(
-    splits: Splits, mechanism: Mechanism, ctx: RunContext, public_split: str = "train", boxes: str = "dataset"
+    splits: Splits,
+    mechanism: Mechanism,
+    ctx: RunContext,
+    public: Callable[[], ImageSet | None] = lambda: None,
+    boxes: str = "dataset",
 ) -> Release:
     """Applies a mechanism to every split, or loads the cached release.
+
+    A mechanism that fits is fitted on the dataset's public data, which is never released;
+    where the dataset has none it is fitted on the train split, and its claim is withheld
+    for that split (a guarantee about images the mechanism was fitted on is not one).
 
     Args:
         splits: Clean splits.
         mechanism: A configured mechanism.
         ctx: The run's context (device, seed, cache directory).
-        public_split: The split a mechanism may fit on before releasing.
+        public: Loads the dataset's public data (called only for mechanisms that fit).
         boxes: Where face boxes come from: ``dataset`` (MTCNN only where the dataset has
             none) or ``detect`` (MTCNN always; its recall against the dataset's boxes is
             reported, because a missed face is a leak).
@@ -47,8 +63,16 @@ def make_release(
     Returns:
         The release, whose splits keep the clean labels.
     """
-    key = release_key(splits, mechanism, ctx.seed, boxes)
-    mechanism.fit(splits[public_split], ctx)
+    withheld: tuple[str, ...] = ()
+    fitted_on = ""
+    if needs_fit(mechanism):
+        data = public()
+        if data is None:
+            data, withheld = splits["train"], ("train",)
+            ctx.log(f"{splits.dataset} has no public data: {type(mechanism).name} fits on train")
+        fitted_on = content_digest({"images": data.images, "withheld": list(withheld)})
+        mechanism.fit(data, ctx)
+    key = release_key(splits, mechanism, ctx.seed, boxes, fitted_on)
 
     def build() -> dict[str, Any]:
         saved: dict[str, Any] = {"images": {}, "metrics": {}}
@@ -64,16 +88,43 @@ def make_release(
     if hit:
         ctx.log(f"reused cached release {key[:8]}")
     images, metrics = saved["images"], saved["metrics"]
+    size = tuple(next(iter(splits.sets.values())).images.shape[-2:])
     return Release(
         splits=splits.replace_images(images),
         mechanism=type(mechanism).name,
         params=dict(mechanism.config),
         seed=ctx.seed,
         key=key,
-        claim=mechanism.claim(),
+        claim=benchmark_claim(mechanism, size, withheld),
         metrics=dict(metrics),
         instance=mechanism,
     )
+
+
+def benchmark_claim(mechanism: Mechanism, size: tuple[int, int], withheld: tuple[str, ...] = ()) -> PrivacyClaim | None:
+    """Returns a mechanism's claim as a benchmark cell can back it.
+
+    The note says that the noise is reproducible (drawn from public seeds); the delta
+    includes what the Laplace sampler's clamp implies for the built-in mechanisms
+    (:func:`bench.secure_streams.tail_delta`); splits the mechanism was fitted on are
+    withheld.
+    """
+    from bench.secure_streams import DrawTally, laplace_exposure, tail_delta
+
+    claim = mechanism.claim()
+    if claim is None:
+        return None
+    notes = [claim.note, "benchmark release: the noise is reproducible from the seed in this result "
+                         "(use 'bench release' for real use)"]
+    delta = claim.delta
+    if laplace_exposure(mechanism, size) is not None:
+        added, why = tail_delta(mechanism, claim, size, DrawTally())
+        if added:
+            delta = min(1.0, delta + added)
+            notes.append(f"delta includes {added:.3g} for the Laplace sampler's clamp ({why})")
+    if withheld:
+        notes.append(f"withheld for {', '.join(withheld)}: the mechanism was fitted on it (no public data)")
+    return dataclasses.replace(claim, delta=delta, note="; ".join(n for n in notes if n), withheld=withheld)
 
 
 def apply_to_split(

@@ -13,6 +13,13 @@ def _score(value: float | None, flag: str | None) -> str:
     return _fmt(value) if value is not None else f"undefined ({flag or 'attack too weak'})"
 
 
+def claim_text(claim: dict) -> str:
+    """Returns ``epsilon=3, delta=1e-09 [unit] (withheld for train)`` from a claim dict."""
+    delta = f", delta={claim['delta']:g}" if claim.get("delta") else ""
+    withheld = f" (withheld for {', '.join(claim['withheld'])})" if claim.get("withheld") else ""
+    return f"epsilon={claim['epsilon']:g}{delta} [{claim.get('unit', '')}]{withheld}"
+
+
 def format_result(result: Result, run_id: str | None = None, where: str | None = None) -> str:
     """Returns a small table of a result: utility, attacks, privacy, claim and where it was logged."""
     params = ", ".join(f"{k}={v}" for k, v in result.params.items()) or "-"
@@ -44,7 +51,9 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
         lines.append(f"{'release.' + name:<34}{_fmt(value):>10}")
     claim = result.claim
     lines.append("")
-    lines.append("claim: " + (f"epsilon={claim['epsilon']:g} [{claim['unit']}]" if claim else "none (no formal guarantee)"))
+    lines.append("claim: " + (claim_text(claim) if claim else "none (no formal guarantee)"))
+    if claim and claim.get("note"):
+        lines.append(f"  note: {claim['note']}")
     lines.append(f"runtime: {result.runtime_s:.1f} s on {result.device}   cell {result.cell_key}")
     if run_id:
         lines.append(f"logged: MLflow run {run_id}" + (f" in {where}" if where else ""))

@@ -21,7 +21,7 @@ import torch
 from bench import __version__, scores
 from bench.cells import cell_key
 from bench.config import PROFILES
-from bench.datasets.base import Splits, load_dataset
+from bench.datasets.base import ImageSet, Splits, load_dataset
 from bench.errors import BenchError
 from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
 from bench.kernels import backend as kernel_backend
@@ -183,7 +183,12 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
     clean = load_dataset(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache, cfg.verify_data)
     log(f"releasing {plan_.task.dataset} through {cfg.mechanism}")
     boxes = cfg.overrides.get("release", {}).get("boxes", "dataset")
-    release = make_release(clean, plan_.mechanism, ctx, plan_.task.public_split(), boxes)
+    dataset = dataset_registry.get(plan_.task.dataset)()
+
+    def public() -> ImageSet | None:
+        return dataset.load_public(cfg.data_root, plan_.task.data_options(), cfg.cache)
+
+    release = make_release(clean, plan_.mechanism, ctx, public, boxes)
     log(f"evaluating {cfg.task}")
     utility = plan_.task.evaluate(clean, release, ctx)
     outcomes: dict[str, AttackOutcome] = {}

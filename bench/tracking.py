@@ -93,10 +93,14 @@ class Tracker:
             database.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise BenchError(f"cannot create the results directory {database.parent}: {exc.strerror or exc}") from None
+        if database.exists():  # open and probe it without writing anything
+            self.client = self._open(probe=False)
+            return
         # Processes starting together on one results directory would otherwise race to
         # create MLflow's sqlite schema and the experiment.
         with file_lock(database.parent / ".bench-init.lock"):
             self.client = self._open(probe=False)
+            _ = self.experiment_id
 
     def _open(self, probe: bool) -> Any:
         """Opens the client and touches the store once; any failure is one BenchError line."""
@@ -106,9 +110,8 @@ class Tracker:
         with _environment(overrides):
             try:
                 client = MlflowClient(tracking_uri=self.uri)
-                self._experiment_id = None
-                self.client = client
-                _ = self.experiment_id
+                found = client.get_experiment_by_name(EXPERIMENT)
+                self._experiment_id = found.experiment_id if found is not None else None
             except BenchError:
                 raise
             except Exception as exc:  # MLflow, SQLAlchemy, requests and OS errors all land here
@@ -123,10 +126,15 @@ class Tracker:
             if found is not None:
                 self._experiment_id = found.experiment_id
             else:
+                from mlflow.exceptions import MlflowException
+
                 location = None
                 if self.uri.startswith("sqlite:///"):
                     location = (self.results_dir.resolve() / "artifacts").as_uri()
-                self._experiment_id = self.client.create_experiment(EXPERIMENT, artifact_location=location)
+                try:
+                    self._experiment_id = self.client.create_experiment(EXPERIMENT, artifact_location=location)
+                except MlflowException:  # another process created it first
+                    self._experiment_id = self.client.get_experiment_by_name(EXPERIMENT).experiment_id
         return self._experiment_id
 
     # --- one cell's run ---------------------------------------------------------------------

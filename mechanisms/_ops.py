@@ -15,6 +15,8 @@ import torch
 
 from bench.streams import Streams
 
+MAX_BLOCK = 4096
+"""Largest cell side a pixelating mechanism accepts (larger than any image it is meant for)."""
 _BLUR_PASSES = 3
 _WORDS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 _BYTE_REPEAT = {2: 0x0101, 4: 0x01010101, 8: 0x0101010101010101}

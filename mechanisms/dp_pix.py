@@ -9,7 +9,7 @@ from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
 from bench.kernels import kernel
 from bench.registry import register_mechanism
 from mechanisms._dp import dp_pix_scale
-from mechanisms._ops import cell_means, draws_by_default, fill_cells, to_uint8
+from mechanisms._ops import MAX_BLOCK, cell_means, draws_by_default, fill_cells, to_uint8
 
 
 @kernel
@@ -34,7 +34,7 @@ class DPPix(Mechanism):
     description = "Pixelate, then Laplace noise on every cell mean (epsilon-DP, m-pixel neighbours)."
     params = ParamSpace(
         epsilon=Param(float, 3.0, low=0.0, low_open=True, log=True, tune=(0.1, 100.0), help="privacy budget"),
-        block=Param(int, 4, low=1, tune=(2, 16), help="cell side b in pixels"),
+        block=Param(int, 4, low=1, high=MAX_BLOCK, tune=(2, 16), help="cell side b in pixels"),
         m=Param(int, 1, low=1, tune=(1, 1), help="neighbouring images differ in at most m pixels"),
     )
 

@@ -6,7 +6,7 @@ import torch
 
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.registry import register_mechanism
-from mechanisms._ops import pixelate
+from mechanisms._ops import MAX_BLOCK, pixelate
 
 
 @register_mechanism("pixelate")
@@ -19,7 +19,7 @@ class Pixelate(Mechanism):
 
     description = "Mosaic: each b x b cell filled with its mean colour."
     params = ParamSpace(
-        block=Param(int, 4, low=1, tune=(2, 16), help="cell side b in pixels"),
+        block=Param(int, 4, low=1, high=MAX_BLOCK, tune=(2, 16), help="cell side b in pixels"),
     )
 
     def apply(

@@ -90,8 +90,6 @@ def settings(params: Mapping[str, Any], sweep: Mapping[str, Sequence[Any]]) -> l
 
 
 def _sample(images: torch.Tensor, n: int) -> torch.Tensor:
-    if n < 1:
-        raise BenchError(f"--n must be at least 1, got {n}")
     index = torch.linspace(0, len(images) - 1, min(n, len(images))).round().long()
     return index
 
@@ -159,6 +157,16 @@ def show_mechanism(
 
     cls = mechanisms.get(name)
     rows_params = settings(dict(params or {}), dict(sweep or {}))
+    configured = [cls(**setting) for setting in rows_params]  # every setting validated before any work
+    if n < 1:
+        raise BenchError(f"--n must be at least 1, got {n}")
+    if not 1 <= scale <= 16:
+        raise BenchError(f"--scale must be an integer in [1, 16], got {scale}")
+    out = Path(out)
+    if not out.parent.is_dir():
+        raise BenchError(f"--out {out}: no folder {out.parent} to write into")
+    if out.exists() and out.is_dir():
+        raise BenchError(f"--out {out} is a folder; give a .png file")
     cache_dir = Path(cache_dir)
     if images is None:
         images, loaded_public = _load_images(dataset, cache_dir, data_root, n)
@@ -176,8 +184,7 @@ def show_mechanism(
     batch = images.images.to(device)
     streams = Streams.for_images(seed, f"sheet/{name}", len(batch), device=device)
     rows = [("clean", images.images)]
-    for setting in rows_params:
-        mech = cls(**setting)
+    for setting, mech in zip(rows_params, configured):
         mech.fit(public, ctx)
         released = mech.apply(batch, generator=streams, boxes=boxes if cls.uses_boxes else None)
         rows.append((_label(name, setting, mech), released.cpu()))

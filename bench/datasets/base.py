@@ -177,6 +177,16 @@ class Dataset(abc.ABC):
         """
         return None
 
+    def load_public(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> ImageSet | None:
+        """Loads public data for mechanisms that fit (a generator, clip bounds): never released.
+
+        Its identities (or images) are disjoint from every split :meth:`load` returns, so a
+        claim about released images is not weakened by having fitted on them. None when the
+        dataset has no such data; the release then fits on the train split and withholds
+        its claim for that split.
+        """
+        return None
+
     def missing(self, root: Path | None, what: str) -> BenchError:
         """Returns the error for data that is not where the layout says."""
         where = f"under {root}" if root is not None else "(no --data-root or BENCH_DATA given)"

@@ -103,6 +103,25 @@ class CelebA(Dataset):
         }
         return Splits(dataset=self.name, sets=sets, fingerprint=content, synthetic=False, info=info)
 
+    def load_public(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> ImageSet | None:
+        """Decodes public images: identities that are in no split (e.g. too few images), never released.
+
+        As many images as the train split has (fewer if there are not so many), a seeded
+        choice among every identity that no split uses; None when there are none.
+        """
+        opts, files, names, identities, selection = self._select(root, options)
+        used = {i for s in SPLITS for i in (dict(zip(names, identities))[f] for f in selection[s])}
+        pool = sorted(f for f, i in zip(names, identities) if i not in used)
+        if not pool:
+            return None
+        g = make_generator(opts["seed"], "celeba", "public")
+        chosen = sorted(pool[i] for i in torch.randperm(len(pool), generator=g)[: len(selection["train"])].tolist())
+        picked = {"train": chosen, "val": [], "test": []}
+        key = fingerprint("celeba-public", LOADER_VERSION, sorted(opts.items()), _file_digest(files[IDENTITY]),
+                          "\n".join(chosen), source_fingerprint([files["images"] / f for f in chosen]))  # type: ignore[operator]
+        data, _ = cached_splits(cache_dir, "celeba", key, lambda: _build(files, picked, dict(zip(names, identities)), opts))
+        return _image_set(data, "train")
+
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
         """Finds the files, selects identities and returns the splits' shapes (reads annotations only)."""
         _, _, names, identities, selection = self._select(root, options)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 from bench.datasets.base import DataShape, Dataset, ImageSet, Splits, SplitShape, cached_splits, fingerprint
 from bench.errors import BenchError
 from bench.registry import register_dataset
-from bench.seeding import make_generator
+from bench.seeding import derive_seed, make_generator
 
 GENERATOR_VERSION = 1
 
@@ -128,6 +129,21 @@ class SynthFaces(Dataset):
             "n_ids": dict(zip(("train", "val", "test"), opts["split_ids"])),
         }
         return Splits(dataset=self.name, sets=sets, fingerprint=content, synthetic=True, info=info)
+
+
+    def load_public(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> ImageSet:
+        """Renders public faces: as many new identities as the train split, never released.
+
+        They come from their own seed, so they are other people than every split's; their
+        labels follow the dataset's (``n_ids``, ``n_ids + 1``, ...).
+        """
+        opts = resolve_options(options)
+        count = opts["split_ids"][0]
+        public = {**opts, "n_ids": count, "split_ids": (count, 0, 0), "seed": derive_seed(opts["seed"], "public")}
+        key = fingerprint("synth_faces-public", GENERATOR_VERSION, sorted(opts.items()))
+        data, _ = cached_splits(cache_dir, "synth_faces", key, lambda: generate(**public))
+        images = _image_set(data, "train")
+        return replace(images, labels=images.labels + opts["n_ids"])
 
 
 def resolve_options(options: Mapping[str, Any]) -> dict[str, Any]:
