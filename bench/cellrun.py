@@ -14,6 +14,7 @@ the lock and then finds the first one's FINISHED run.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import traceback
@@ -96,12 +97,22 @@ def one_line(exc: BaseException) -> str:
     return text if isinstance(exc, BenchError) else f"{type(exc).__name__}: {text}"
 
 
-def _orphaned(run: Any, held: Path) -> bool:
-    """Whether a RUNNING run's process is gone (we hold ``held``, this cell's lock)."""
+def sweep_orphans(tracker: "Tracker") -> int:
+    """Marks every RUNNING cell run whose process is gone as FAILED (any cell); returns how many."""
+    count = 0
+    for run in tracker.client.search_runs([tracker.experiment_id], filter_string="attributes.status = 'RUNNING'"):
+        if "bench.cell_key" in run.data.tags and _orphaned(run):
+            tracker.fail_cell(run.info.run_id, "orphaned: its process died (killed?) before the cell finished")
+            count += 1
+    return count
+
+
+def _orphaned(run: Any, held: Path | None = None) -> bool:
+    """Whether a RUNNING run's process is gone (``held``: the lock of its cell, which we hold)."""
     tags = run.data.tags
     their_lock = tags.get("bench.lock")
-    if their_lock and their_lock == str(held.resolve()):
+    if held is not None and their_lock and their_lock == str(held.resolve()):
         return True  # its process would hold this very lock if it were alive
     if tags.get("bench.host") == socket.gethostname() and tags.get("bench.pid", "").isdigit():
-        return not pid_alive(int(tags["bench.pid"]))
+        return int(tags["bench.pid"]) != os.getpid() and not pid_alive(int(tags["bench.pid"]))
     return bool(their_lock) and Path(their_lock).exists() and lock_is_free(Path(their_lock))

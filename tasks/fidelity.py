@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from bench.config import build_config
+from bench.config import build_config, setting
 from bench.datasets.base import Splits
 from bench.interfaces import Release, RunContext, Task
 from bench.registry import register_task
@@ -38,7 +38,7 @@ class FidelityConfig:
 
     data: dict = field(default_factory=dict)
     split: str = "test"
-    batch: int = 256
+    batch: int = setting(256, low=1)
 
 
 def _luma(images: torch.Tensor) -> torch.Tensor:

@@ -148,18 +148,21 @@ def run_grid(cells, where, executor, quiet: bool = False):
         executor: ExecutorConfig.
         quiet: No progress output.
     """
+    from bench.cellrun import sweep_orphans
     from bench.executors import open_tracker, run_cells, worker_count
     from bench.grid import CellOutcome, GridProgress, GridSummary, finished_runs
 
     started = time.perf_counter()
     tracker = open_tracker(where.results_dir, where.tracking_uri)
+    orphans = sweep_orphans(tracker)
     done = finished_runs(tracker, (c.key for c in cells))
     todo = [c for c in cells if c.key not in done]
     skipped = [CellOutcome(c.key, c.label, "skipped", done[c.key][0]) for c in cells if c.key in done]
     workers = worker_count(todo, executor)
     if not quiet:
+        note = f"; {orphans} run(s) left by killed processes marked FAILED" if orphans else ""
         print(f"[bench] grid: {len(cells)} cells, {len(skipped)} already finished, {len(todo)} to run "
-              f"({executor.kind}, {workers or 'as many as the cluster allows'} at a time)", file=sys.stderr,
+              f"({executor.kind}, {workers or 'as many as the cluster allows'} at a time){note}", file=sys.stderr,
               flush=True)
     progress = GridProgress(len(todo), interactive=interactive() and not quiet)
     try:
