@@ -1,7 +1,9 @@
 """Multi-objective tuning: Optuna NSGA-II over a mechanism's ParamSpace, maximising utility and privacy.
 
-Every trial is an ordinary cell (run, or reused when its cell already has a FINISHED MLflow
-run). Several workers, on several machines, share one study through ``--storage``: an RDB
+Selection never looks at test data (docs/protocol.md): every trial is a cell evaluated on
+the validation split (``RunConfig(split="val")``; run, or reused when its cell already has
+a FINISHED MLflow run), and only the configurations the study selects (its Pareto set) are
+then run on the test split, as ordinary cells. Trials never enter a board. Several workers, on several machines, share one study through ``--storage``: an RDB
 URL (``sqlite:///study.db``, ``postgresql://...``) or a journal file (``journal:PATH``, or
 a path ending in ``.journal``/``.log``), which is the safer choice on a shared file
 system. ``trials`` is the study's total over all workers.
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -62,7 +63,7 @@ class TuneConfig:
             return self.study_name
         b = self.base
         extra = content_key(b.overrides, b.attacks, sorted(b.params.items()))[:8]
-        return f"{b.task}-{b.mechanism}-{b.profile}-seed{b.seed}-{extra}"
+        return f"{b.task}-{b.mechanism}-{b.profile}-seed{b.seed}-val-{extra}"
 
     @property
     def population_size(self) -> int:
@@ -104,24 +105,34 @@ def search_space(space: "ParamSpace", fixed: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
+def journal_path(url: str | None, results_dir: Path) -> Path | None:
+    """Returns the journal file a storage URL names, or None for an RDB URL; writes nothing.
+
+    Raises:
+        BenchError: Neither an RDB URL nor a journal.
+    """
+    if url and "://" in url and not url.startswith("journal:"):
+        return None
+    if url is None:
+        return Path(results_dir) / "optuna.journal"
+    if url.startswith("journal:"):
+        return Path(url[len("journal:"):].removeprefix("//"))
+    if url.endswith((".journal", ".log")):
+        return Path(url)
+    raise BenchError(f"--storage {url!r}: use an RDB URL (sqlite:///f.db, postgresql://...) or journal:PATH")
+
+
 def open_storage(url: str | None, results_dir: Path) -> Any:
     """Returns the Optuna storage for a URL (journal file by default).
 
     Raises:
-        BenchError: The journal file's folder cannot be created.
+        BenchError: A URL that is neither, or the journal file's folder cannot be created.
     """
-    if url and "://" in url and not url.startswith("journal:"):
+    path = journal_path(url, results_dir)
+    if path is None:
         from optuna.storages import RDBStorage
 
         return RDBStorage(url, heartbeat_interval=60, grace_period=180)
-    if url is None:
-        path = Path(results_dir) / "optuna.journal"
-    elif url.startswith("journal:"):
-        path = Path(url[len("journal:"):].removeprefix("//"))
-    elif url.endswith((".journal", ".log")):
-        path = Path(url)
-    else:
-        raise BenchError(f"--storage {url!r}: use an RDB URL (sqlite:///f.db, postgresql://...) or journal:PATH")
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -164,17 +175,20 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
     import optuna
 
     from bench.executors import execute_cell, open_tracker
-    from bench.registry import load_file
+    from bench.registry import load_file, mechanisms
     from bench.runner import plan
 
     for path in config.plugin_files:
         load_file(path)
-    base = plan(config.base)
-    if not base.attacks:
+    if config.base.attacks is not None and not config.base.attacks:
         raise BenchError("bench tune maximises privacy: the cells need at least one attack (drop --attacks none)")
-    space = search_space(type(base.mechanism).params, config.base.params)
+    space = search_space(mechanisms.get(config.base.mechanism).params, config.base.params)
     if not space:
         raise BenchError(f"mechanism {config.base.mechanism!r} has no parameter left to tune")
+    journal_path(config.storage, config.base.results_dir)
+    base = plan(trial_config(config.base, config.base.params))
+    if not base.attacks:
+        raise BenchError("bench tune maximises privacy: the cells need at least one attack (drop --attacks none)")
     study = open_study(config)
     tracker = open_tracker(config.base.results_dir, config.base.tracking_uri)
     fail_dead_trials(study)
@@ -187,7 +201,7 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
             raise optuna.TrialPruned("the study has its trials")
         params = dict(config.base.params)
         params.update({name: _suggest(trial, name, dist) for name, dist in space.items()})
-        cfg = dataclasses.replace(config.base, params=params)
+        cfg = trial_config(config.base, params)
         try:
             planned = plan(cfg)
         except BenchError as exc:
@@ -220,6 +234,69 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
         if run_id:
             tracker.client.set_tag(run_id, "bench.pareto", config.name)
     return study
+
+
+def trial_config(base: "RunConfig", params: Mapping[str, Any]) -> "RunConfig":
+    """Returns the cell of a trial: the template with these parameters, evaluated on the validation split."""
+    return dataclasses.replace(base, params=dict(params), split="val")
+
+
+@dataclass
+class Selected:
+    """A configuration the study selected, with its validation and test outcomes.
+
+    Attributes:
+        params: The mechanism parameters.
+        trials: The Pareto trials with these parameters.
+        val_utility: Utility on the validation split (the trial's objective).
+        val_privacy: Privacy on the validation split.
+        test: The test cell's outcome.
+    """
+
+    params: dict[str, Any]
+    trials: list[int]
+    val_utility: float
+    val_privacy: float
+    test: CellOutcome
+
+
+def still_running(study: "optuna.Study") -> int:
+    """Returns how many counted trials of the study are still running (in other workers)."""
+    from optuna.trial import TrialState
+
+    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if _counts(t))
+
+
+def run_selected_on_test(config: TuneConfig, study: "optuna.Study",
+                         on_cell: Callable[[CellOutcome], None] = lambda outcome: None) -> list[Selected]:
+    """Runs each configuration of the study's Pareto set once on the test split, as an ordinary cell.
+
+    Cells that already have a FINISHED run are reused (another worker may have run them).
+    The runs are tagged ``bench.selected_by`` with the study's name.
+
+    Args:
+        config: The study.
+        study: The finished study.
+        on_cell: Called with each test cell's outcome.
+
+    Returns:
+        The selected configurations, highest validation utility first.
+    """
+    from bench.executors import execute_cell, open_tracker
+    from bench.runner import plan
+
+    tracker = open_tracker(config.base.results_dir, config.base.tracking_uri)
+    selected = []
+    for row in pareto_rows(study):
+        cfg = dataclasses.replace(config.base, params={**config.base.params, **row["params"]}, split="test")
+        planned = plan(cfg)
+        cfg = dataclasses.replace(cfg, params=dict(planned.mechanism.config))
+        outcome = execute_cell(Cell(cfg, planned.key, cell_label(cfg)), config.plugin_files)
+        if outcome.status == "done":
+            tracker.client.set_tag(outcome.run_id, "bench.selected_by", config.name)
+        on_cell(outcome)
+        selected.append(Selected(dict(cfg.params), row["trials"], row["utility"], row["privacy"], outcome))
+    return selected
 
 
 def _fail(trial: "optuna.Trial", error: str) -> None:
@@ -294,38 +371,3 @@ def pareto_rows(study: "optuna.Study") -> list[dict[str, Any]]:
         rows[key] = {"trials": [t.number], "utility": t.values[0], "privacy": t.values[1], "params": dict(t.params),
                      "run_id": t.user_attrs.get("run_id", "")}
     return sorted(rows.values(), key=lambda r: (-r["utility"], -r["privacy"], r["trials"][0]))
-
-
-def format_pareto(study: "optuna.Study", trials: int) -> str:
-    """Returns the study's state and its Pareto trials as a table."""
-    from optuna.trial import TrialState
-
-    counted = [t for t in study.get_trials(deepcopy=False) if _counts(t)]
-    states = {s: sum(t.state == s for t in counted) for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)}
-    lines = [
-        f"study {study.study_name}: {states[TrialState.COMPLETE]} complete, {states[TrialState.FAIL]} failed, "
-        f"{states[TrialState.RUNNING]} running of {trials} trials",
-        "Pareto trials (maximising utility and privacy):",
-        f"{'trial':>6}  {'utility':>8}  {'privacy':>8}  {'run id':<32}  params",
-    ]
-    for row in pareto_rows(study):
-        params = ", ".join(f"{k}={_short(v)}" for k, v in row["params"].items())
-        again = f"  (also trials {', '.join(map(str, row['trials'][1:]))})" if len(row["trials"]) > 1 else ""
-        lines.append(f"{row['trials'][0]:>6}  {row['utility']:>8.4f}  {row['privacy']:>8.4f}  {row['run_id']:<32}  "
-                     f"{params}{again}")
-    return "\n".join(lines)
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def print_trial(number: int, outcome: CellOutcome) -> None:
-    """Prints one line per finished trial on stderr."""
-    if outcome.status == "failed":
-        text = f"failed: {outcome.error}"
-    else:
-        r = outcome.result
-        verb = "reused" if outcome.status == "skipped" else f"{outcome.seconds:.1f} s"
-        text = f"utility {r.utility_value:.4f}, privacy {r.privacy_score:.4f} ({verb})" if r else outcome.status
-    print(f"[bench] trial {number}: {outcome.label}: {text}", file=sys.stderr, flush=True)

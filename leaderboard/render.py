@@ -1,9 +1,10 @@
-"""The static leaderboard site, its Markdown and CSV exports, and the terminal table.
+"""The static leaderboard site: index, one page per board, exploration, one page per mechanism.
 
-Every user-provided string (mechanism, benchmark, parameter, unit and entry names) is
-escaped by Jinja's autoescaping in HTML, by :func:`script_json` inside ``<script>``, by
-:func:`markdown_escape` in Markdown, by :func:`csv_safe` in CSV and by
-:func:`terminal_safe` in the terminal; file names are :func:`slug` s, never raw names.
+Every user-provided string (mechanism, benchmark, entry, parameter, unit and setting
+names) is escaped by Jinja's autoescaping in HTML (control characters made visible), by
+:func:`script_json` inside ``<script>``, and by :mod:`leaderboard.exports` in the Markdown
+and CSV files; file names are :func:`slug` s, never raw names. Pages carry a strict
+Content-Security-Policy (no inline script, nothing from elsewhere).
 """
 
 from __future__ import annotations
@@ -17,30 +18,18 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
-import matplotlib
+import jinja2
+import numpy as np
+import pandas as pd
+from markupsafe import Markup
 
-matplotlib.use("Agg")
+from leaderboard.boards import Board, Leaderboard
+from leaderboard.exports import PROTOCOL_LINE, fmt, interval_text, render_markdown, write_csv
+from leaderboard.plot import frontier_plot
+from leaderboard.protocol import settings_label
+from leaderboard.table import exploration_table, leaderboard_table, privacy_text, rank_label
 
-import jinja2  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from markupsafe import Markup  # noqa: E402
-
-from leaderboard.pareto import frontier  # noqa: E402
-from leaderboard.table import cells_frame, leaderboard_table  # noqa: E402
-
-__all__ = [
-    "build_site",
-    "frontier_plot",
-    "csv_safe",
-    "markdown_escape",
-    "render_markdown",
-    "render_terminal",
-    "script_json",
-    "slug",
-    "terminal_safe",
-]
+__all__ = ["build_site", "script_json", "slug"]
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = ("style.css", "table.js")
@@ -115,101 +104,6 @@ def script_json(value: Any) -> Markup:
     return Markup(text)
 
 
-def markdown_escape(text: str) -> str:
-    """Escapes a string for inline Markdown (table cells, headings); no raw HTML survives."""
-    text = " ".join(str(text).split())
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return re.sub(r"([\\`*_\[\]#|~])", r"\\\1", text)
-
-
-def csv_safe(text: str) -> str:
-    """Neutralises spreadsheet formulas: a text starting with = + - @ or a tab gets a ``'``."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
-def terminal_safe(text: str, width: int | None = None) -> str:
-    """Replaces non-printable characters (ANSI escapes, newlines) by ``\\uXXXX`` and truncates."""
-    out = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in str(text))
-    if width is not None and len(out) > width:
-        out = out[: width - 1] + "…"
-    return out
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None or value is pd.NA:
-        return "–"
-    value = float(value)
-    return "–" if math.isnan(value) else f"{value:.{digits}f}"
-
-
-def _sort_value(value: Any) -> str:
-    if value is None or value is pd.NA:
-        return ""
-    value = float(value)
-    return "" if math.isnan(value) else repr(value)
-
-
-def _rank(value: Any) -> str:
-    return "–" if value is None or value is pd.NA else str(int(value))
-
-
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<")
-
-
-def _colours() -> list:
-    tab20 = plt.get_cmap("tab20").colors
-    return list(tab20[0::2]) + list(tab20[1::2])
-
-
-def frontier_plot(cells: pd.DataFrame, mechanisms: list[str], title: str, path: Path) -> None:
-    """Draws one benchmark's privacy against utility plot as a PNG.
-
-    Each mechanism gets its own colour and marker, all its cells as points and its
-    frontier over all seeds as a step line down to the axes; cells with a formal claim
-    are labelled with epsilon and unit (once per configuration, at its mean over seeds).
-
-    Args:
-        cells: The benchmark's rows of :func:`leaderboard.table.cells_frame`.
-        mechanisms: Mechanisms in legend order (the ranking).
-        title: Plot title (the benchmark name).
-        path: Where to write the PNG.
-    """
-    fig, ax = plt.subplots(figsize=(8.0, 5.2), dpi=110)
-    colours = _colours()
-    for i, mechanism in enumerate(mechanisms):
-        group = cells[(cells["mechanism"] == mechanism)]
-        group = group[group["utility"].notna() & group["privacy"].notna()]
-        colour, marker = colours[i % len(colours)], _MARKERS[i % len(_MARKERS)]
-        pts = np.clip(group[["utility", "privacy"]].to_numpy(dtype=float), 0.0, 1.0)
-        label = terminal_safe(f"{i + 1}. {mechanism}", 40)
-        ax.scatter(pts[:, 0], pts[:, 1], color=colour, marker=marker, s=28, alpha=0.85,
-                   label=label, zorder=3)
-        front = frontier(pts)
-        if len(front):
-            xs = np.concatenate([[0.0], front[:, 0], [front[-1, 0]]])
-            ys = np.concatenate([[front[0, 1]], front[:, 1], [0.0]])
-            ax.step(xs, ys, where="pre", color=colour, linewidth=1.4, alpha=0.8, zorder=2)
-        claimed = group[group["epsilon"].notna()].assign(
-            u=np.clip(group["utility"], 0, 1), p=np.clip(group["privacy"], 0, 1))
-        for (_, epsilon, unit), claim in claimed.groupby(["params_label", "epsilon", "unit"], sort=True):
-            text = terminal_safe(f"ε={epsilon:g} [{unit}]" if unit else f"ε={epsilon:g}", 36)
-            ax.annotate(text, (claim["u"].mean(), claim["p"].mean()), xytext=(4, 4),
-                        textcoords="offset points", fontsize=7, color=colour, parse_math=False)
-    metrics = ", ".join(sorted({m for m in cells["metric"] if m})) or "primary metric"
-    ax.set_xlabel(terminal_safe(f"utility ({metrics})", 60), parse_math=False)
-    ax.set_ylabel("privacy (1 − retained attack advantage)")
-    ax.set_title(terminal_safe(title, 60), parse_math=False)
-    ax.set_xlim(-0.02, 1.02)
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    if mechanisms:
-        legend = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-        for text in legend.get_texts():
-            text.set_parse_math(False)
-    fig.savefig(path, bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
-
-
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
@@ -225,68 +119,66 @@ def _environment() -> jinja2.Environment:
         autoescape=True,
         finalize=_visible_controls,
         undefined=jinja2.StrictUndefined,
-        trim_blocks=False,
         keep_trailing_newline=True,
     )
     env.filters["script_json"] = script_json
     return env
 
 
-def _board_rows(table: pd.DataFrame, mech_names: _Names, root: str) -> list[dict[str, Any]]:
-    rows = []
-    for r in table.itertuples(index=False):
-        rows.append(
-            {
-                "rank": _rank(r.rank),
-                "rank_sort": _sort_value(r.rank),
-                "mechanism": r.mechanism,
-                "href": f"{root}mechanisms/{mech_names[r.mechanism]}.html",
-                "claim_type": r.claim_type,
-                "hv_mean": _fmt(r.hv_mean),
-                "hv_mean_sort": _sort_value(r.hv_mean),
-                "hv_std": _fmt(r.hv_std),
-                "hv_std_sort": _sort_value(r.hv_std),
-                "hv_min": _fmt(r.hv_min),
-                "hv_max": _fmt(r.hv_max),
-                "hv_pooled": _fmt(r.hv_pooled),
-                "hv_pooled_sort": _sort_value(r.hv_pooled),
-                "p50": _fmt(r.best_utility_p50),
-                "p50_sort": _sort_value(r.best_utility_p50),
-                "p90": _fmt(r.best_utility_p90),
-                "p90_sort": _sort_value(r.best_utility_p90),
-                "n_cells": int(r.n_cells),
-                "n_seeds": int(r.n_seeds),
-                "profiles": r.profiles,
-                "sources": r.sources,
-            }
-        )
-    return rows
+def _sort_value(value: Any) -> str:
+    if value is None or value is pd.NA:
+        return ""
+    value = float(value)
+    return "" if math.isnan(value) else repr(value)
 
 
 def _seed_text(value: float) -> str:
-    return "–" if math.isnan(value) else f"{value:g}"
+    return "–" if value is None or math.isnan(value) else f"{value:g}"
 
 
-def _cell_rows(cells: pd.DataFrame) -> list[dict[str, Any]]:
-    ordered = cells.sort_values(["benchmark", "params_label", "seed"], kind="mergesort")
-    return [
-        {
-            "benchmark": c.benchmark,
-            "params": c.params_label,
-            "seed": _seed_text(c.seed),
-            "seed_sort": _sort_value(c.seed),
-            "profile": c.profile,
-            "metric": c.metric,
-            "utility": _fmt(c.utility, 4),
-            "utility_sort": _sort_value(c.utility),
-            "privacy": _fmt(c.privacy, 4),
-            "privacy_sort": _sort_value(c.privacy),
-            "claim": c.claim_label,
-            "source": c.source,
-            "run_id": c.run_id,
-        }
-        for c in ordered.itertuples(index=False)
-    ]
+def _identity(board: Board) -> dict[str, str]:
+    key = board.key
+    return {"benchmark": key.benchmark, "profile": key.profile, "data": key.data_label,
+            "fingerprint": key.dataset_fingerprint, "settings": settings_label(key.settings), "id": key.id}
+
+
+def _standing_rows(board: Board, mech_names: _Names, root: str) -> list[dict[str, Any]]:
+    rows = []
+    for s in board.standings:
+        e = s.estimate
+        volumes = list(s.hypervolumes.values())
+        rows.append({
+            "rank": rank_label(s), "rank_sort": _sort_value(s.rank), "tied": s.tied, "entry": s.name,
+            "mechanism": s.mechanism, "href": f"{root}mechanisms/{mech_names[s.mechanism]}.html",
+            "claim_type": s.claim_type, "hv": fmt(e.mean if e else None), "hv_sort": _sort_value(e.mean if e else None),
+            "ci": interval_text(e.low, e.high) if e else "–", "sd": fmt(e.std if e else None),
+            "sd_sort": _sort_value(e.std if e else None),
+            "range": f"{fmt(min(volumes))}–{fmt(max(volumes))}" if volumes else "–",
+            "seeds": f"{len(s.complete_seeds)} of {len(s.declared_seeds)}", "seeds_sort": len(s.complete_seeds),
+            "configurations": s.configurations, "flagged": s.flagged, "status": s.status, "ranked": s.ranked,
+            "tied_with": ", ".join(s.tied_with), "source": s.source, "suite": s.suite,
+        })
+    return rows
+
+
+def _board_cell_rows(board: Board) -> list[dict[str, Any]]:
+    cells = board.cells.sort_values(["entry", "params_label", "seed"], kind="mergesort")
+    return [{
+        "entry": c.entry, "params": c.params_label, "seed": _seed_text(c.seed), "seed_sort": _sort_value(c.seed),
+        "utility": fmt(c.utility, 4), "utility_sort": _sort_value(c.utility),
+        "privacy": privacy_text(c.privacy, c.flag), "privacy_sort": _sort_value(c.privacy), "flagged": bool(c.flag),
+        "detail": c.flag_detail, "claim": c.claim_label, "runs": int(c.runs), "source": c.source, "run_id": c.run_id,
+    } for c in cells.itertuples(index=False)]
+
+
+def _exploration_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{
+        "benchmark": r.benchmark, "profile": r.profile, "data": r.data, "settings": r.settings,
+        "mechanism": r.mechanism, "params": r.params, "seed": _seed_text(r.seed), "seed_sort": _sort_value(r.seed),
+        "split": r.split, "utility": fmt(r.utility, 4), "utility_sort": _sort_value(r.utility),
+        "privacy": privacy_text(r.privacy, r.flag), "privacy_sort": _sort_value(r.privacy), "flagged": bool(r.flag),
+        "claim": r.claim, "reason": r.reason, "source": r.source, "run_id": r.run_id,
+    } for r in table.itertuples(index=False)]
 
 
 def _copy_sheet(name: str, source: Any, target_dir: Path, stem: str) -> str | None:
@@ -307,20 +199,16 @@ def _joined(values) -> str:
     return ", ".join(sorted({str(v) for v in values if str(v)})) or "–"
 
 
-def build_site(
-    df: pd.DataFrame,
-    out_dir: str | Path,
-    sheets: Mapping[str, str | Path] | None = None,
-) -> Path:
+def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[str, str | Path] | None = None) -> Path:
     """Writes the static leaderboard site.
 
-    Layout: ``index.html``; ``benchmarks/<slug>.html`` with ``plots/<slug>.png``;
-    ``mechanisms/<slug>.html`` with ``sheets/<slug>.<ext>``; ``static/``;
-    ``leaderboard.md`` and ``leaderboard.csv``. Existing files are overwritten, nothing
-    is deleted.
+    Layout: ``index.html``; ``boards/<slug>.html`` with ``plots/<slug>.png``;
+    ``exploration.html``; ``mechanisms/<slug>.html`` with ``sheets/<slug>.<ext>``;
+    ``static/``; ``leaderboard.md``, ``leaderboard.csv`` and ``exploration.csv``.
+    Existing files are overwritten, nothing is deleted.
 
     Args:
-        df: Result rows, as accepted by :func:`leaderboard.table.cells_frame`.
+        leaderboard: Boards and exploration cells (:func:`leaderboard.boards.build_leaderboard`).
         out_dir: Site directory, created if missing.
         sheets: Mechanism name -> sample sheet image (PNG, JPEG, GIF or WebP), copied into
             the site. Missing files are skipped with a warning.
@@ -329,187 +217,66 @@ def build_site(
         The path of ``index.html``.
     """
     out = Path(out_dir)
-    for sub in ("benchmarks", "mechanisms", "plots", "static"):
+    for sub in ("boards", "mechanisms", "plots", "static"):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    cells = cells_frame(df)
-    table = leaderboard_table(df)
     env = _environment()
-    bench_names = _Names(cells["benchmark"])
-    mech_names = _Names(cells["mechanism"])
+    table = leaderboard_table(leaderboard)
+    explore = exploration_table(leaderboard)
+    mechanisms = sorted({s.mechanism for b in leaderboard.boards for s in b.standings} | set(explore["mechanism"]))
+    mech_names = _Names(mechanisms)
+    board_names = _Names(f"{b.key.benchmark} {b.key.profile} {b.key.id}" for b in leaderboard.boards)
     sheets = dict(sheets or {})
-
     for asset in STATIC:
         shutil.copyfile(TEMPLATES / asset, out / "static" / asset)
 
     def write(rel: str, template: str, root: str, **context: Any) -> None:
-        html = env.get_template(template).render(root=root, **context)
+        html = env.get_template(template).render(root=root, protocol=PROTOCOL_LINE, **context)
         (out / rel).write_text(html, encoding="utf-8")
 
-    index_benchmarks = []
-    for benchmark, board in table.groupby("benchmark", sort=True):
-        stem = bench_names[benchmark]
-        bench_cells = cells[cells["benchmark"] == benchmark]
-        frontier_plot(bench_cells, list(board["mechanism"]), benchmark, out / "plots" / f"{stem}.png")
-        rows = _board_rows(board, mech_names, "../")
-        write(
-            f"benchmarks/{stem}.html",
-            "benchmark.html",
-            "../",
-            name=benchmark,
-            metrics=_joined(bench_cells["metric"]),
-            n_cells=len(bench_cells),
-            seeds=_joined(_seed_text(s) for s in sorted(bench_cells["seed"].unique())),
-            profiles=_joined(bench_cells["profile"]),
-            plot=f"../plots/{stem}.png",
-            claim_types=sorted(board["claim_type"].unique()),
-            rows=rows,
-            data={"benchmark": benchmark, "rows": board.to_dict(orient="records")},
-        )
-        top = [
-            {**row, "hv": f"{row['hv_mean']} ± {row['hv_std']}",
-             "href": f"mechanisms/{mech_names[row['mechanism']]}.html"}
-            for row in _board_rows(board.head(TOP_N), mech_names, "")
-        ]
-        index_benchmarks.append(
-            {
-                "name": benchmark,
-                "href": f"benchmarks/{stem}.html",
-                "n_mechanisms": len(board),
-                "n_cells": len(bench_cells),
-                "top": top,
-            }
-        )
+    index_boards, board_links = [], {}
+    for board in leaderboard.boards:
+        stem = board_names[f"{board.key.benchmark} {board.key.profile} {board.key.id}"]
+        board_links[board.key.id] = f"boards/{stem}.html"
+        frontier_plot(board, out / "plots" / f"{stem}.png")
+        rows = _standing_rows(board, mech_names, "../")
+        write(f"boards/{stem}.html", "board.html", "../", name=board.key.benchmark, identity=_identity(board),
+              plot=f"../plots/{stem}.png", rows=rows, cells=_board_cell_rows(board),
+              claim_types=sorted({r["claim_type"] for r in rows}),
+              data={"board": _identity(board), "rows": table[table["board"] == board.key.id].to_dict(orient="records")})
+        top = [{**row, "href": row["href"].removeprefix("../")} for row in _standing_rows(board, mech_names, "")
+               if row["ranked"]][:TOP_N]
+        index_boards.append({"name": board.key.benchmark, "href": f"boards/{stem}.html", "identity": _identity(board),
+                             "n_entries": len(board.standings), "n_ranked": sum(s.ranked for s in board.standings),
+                             "top": top})
+
+    write("exploration.html", "exploration.html", "", rows=_exploration_rows(explore), n_cells=len(explore))
 
     index_mechanisms = []
-    for mechanism, mech_cells in cells.groupby("mechanism", sort=True):
+    for mechanism in mechanisms:
         stem = mech_names[mechanism]
-        rows = table[table["mechanism"] == mechanism]
-        ranks = [
-            {
-                "benchmark": r.benchmark,
-                "href": f"../benchmarks/{bench_names[r.benchmark]}.html",
-                "rank": _rank(r.rank),
-                "of": int((table["benchmark"] == r.benchmark).sum()),
-                "hv": f"{_fmt(r.hv_mean)} ± {_fmt(r.hv_std)}",
-            }
-            for r in rows.itertuples(index=False)
-        ]
+        entries = [{"board": b.key.label, "benchmark": b.key.benchmark, "href": f"../{board_links[b.key.id]}",
+                    "entry": s.name, "rank": rank_label(s), "of": sum(x.ranked for x in b.standings),
+                    "hv": fmt(s.estimate.mean if s.estimate else None),
+                    "ci": interval_text(s.estimate.low, s.estimate.high) if s.estimate else "–", "status": s.status}
+                   for b in leaderboard.boards for s in b.standings if s.mechanism == mechanism]
         sheet = None
         if mechanism in sheets:
             copied = _copy_sheet(mechanism, sheets[mechanism], out / "sheets", stem)
             sheet = f"../sheets/{copied}" if copied else None
-        claim_types = _joined(rows["claim_type"])
-        write(
-            f"mechanisms/{stem}.html",
-            "mechanism.html",
-            "../",
-            name=mechanism,
-            claim_types=claim_types,
-            n_cells=len(mech_cells),
-            sources=_joined(mech_cells["source"]),
-            sheet=sheet,
-            ranks=ranks,
-            cells=_cell_rows(mech_cells),
-        )
-        index_mechanisms.append(
-            {
-                "name": mechanism,
-                "href": f"mechanisms/{stem}.html",
-                "claim_types": claim_types,
-                "benchmarks": _joined(rows["benchmark"]),
-            }
-        )
+        claims = _joined(table.loc[table["mechanism"] == mechanism, "claim_type"])
+        board_cells = [{**row, "board": b.key.label, "status": "on a board"} for b in leaderboard.boards
+                       for row in _board_cell_rows(b) if b.standing(row["entry"]).mechanism == mechanism]
+        explored = [{**row, "board": f"{row['benchmark']} · profile {row['profile']} · {row['data']} · "
+                                     f"{row['settings']}", "status": f"exploration: {row['reason']}", "entry": "–",
+                     "runs": 1}
+                    for row in _exploration_rows(explore[explore["mechanism"] == mechanism])]
+        write(f"mechanisms/{stem}.html", "mechanism.html", "../", name=mechanism, claim_types=claims, sheet=sheet,
+              entries=entries, cells=board_cells + explored, n_cells=len(board_cells) + len(explored))
+        index_mechanisms.append({"name": mechanism, "href": f"mechanisms/{stem}.html", "claim_types": claims,
+                                 "boards": _joined(e["benchmark"] for e in entries)})
 
-    write(
-        "index.html",
-        "index.html",
-        "",
-        benchmarks=index_benchmarks,
-        mechanisms=index_mechanisms,
-        n_cells=len(cells),
-    )
-    (out / "leaderboard.md").write_text(render_markdown(table), encoding="utf-8")
-    _export_csv(table, out / "leaderboard.csv")
+    write("index.html", "index.html", "", boards=index_boards, mechanisms=index_mechanisms, n_exploration=len(explore))
+    (out / "leaderboard.md").write_text(render_markdown(leaderboard), encoding="utf-8")
+    write_csv(table, out / "leaderboard.csv")
+    write_csv(explore, out / "exploration.csv")
     return out / "index.html"
-
-
-def _export_csv(table: pd.DataFrame, path: Path) -> None:
-    safe = table.copy()
-    for column in safe.columns:
-        if not pd.api.types.is_numeric_dtype(safe[column]):
-            safe[column] = safe[column].map(lambda v: csv_safe(v) if isinstance(v, str) else v)
-    safe.to_csv(path, index=False, float_format="%.6g")
-
-
-_MD_HEADER = (
-    "| Rank | Mechanism | Claim type | HV mean | HV std | HV min–max | HV pooled "
-    "| Best utility (privacy ≥ 0.5) | Best utility (privacy ≥ 0.9) | Cells | Seeds | Profiles |"
-)
-
-
-def render_markdown(table: pd.DataFrame) -> str:
-    """Formats a :func:`leaderboard.table.leaderboard_table` as Markdown, one section per benchmark."""
-    lines = ["# PrivBench leaderboard", ""]
-    if table.empty:
-        return "\n".join(lines + ["No results yet.", ""])
-    for benchmark, board in table.groupby("benchmark", sort=True):
-        lines += [f"## {markdown_escape(benchmark)}", "", _MD_HEADER, "|" + "---|" * 12]
-        for r in board.itertuples(index=False):
-            cells = [
-                _rank(r.rank),
-                markdown_escape(r.mechanism),
-                markdown_escape(r.claim_type),
-                _fmt(r.hv_mean),
-                _fmt(r.hv_std),
-                f"{_fmt(r.hv_min)}–{_fmt(r.hv_max)}",
-                _fmt(r.hv_pooled),
-                _fmt(r.best_utility_p50),
-                _fmt(r.best_utility_p90),
-                str(r.n_cells),
-                str(r.n_seeds),
-                markdown_escape(r.profiles),
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def render_terminal(table: pd.DataFrame, width: int = 32) -> str:
-    """Formats a :func:`leaderboard.table.leaderboard_table` as plain text for a terminal.
-
-    Args:
-        table: The leaderboard table.
-        width: Longest shown mechanism or claim name; longer ones are cut with "…".
-
-    Returns:
-        One block per benchmark; control characters in names are shown escaped.
-    """
-    if table.empty:
-        return "No results yet.\n"
-    headers = ["rank", "mechanism", "claim", "HV mean", "± std", "pooled", "util@p≥.5", "util@p≥.9", "cells", "seeds"]
-    right = {0, 3, 4, 5, 6, 7, 8, 9}
-    blocks = []
-    for benchmark, board in table.groupby("benchmark", sort=True):
-        rows = [
-            [
-                _rank(r.rank),
-                terminal_safe(r.mechanism, width),
-                terminal_safe(r.claim_type, width),
-                _fmt(r.hv_mean),
-                _fmt(r.hv_std),
-                _fmt(r.hv_pooled),
-                _fmt(r.best_utility_p50),
-                _fmt(r.best_utility_p90),
-                str(r.n_cells),
-                str(r.n_seeds),
-            ]
-            for r in board.itertuples(index=False)
-        ]
-        widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
-
-        def line(values: list[str]) -> str:
-            return "  ".join(v.rjust(w) if i in right else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths))).rstrip()
-
-        profiles = terminal_safe(", ".join(sorted({p for p in board["profiles"] if p})) or "–")
-        blocks.append("\n".join([f"{terminal_safe(benchmark)}  (profile: {profiles})", line(headers), *map(line, rows)]))
-    return "\n\n".join(blocks) + "\n"

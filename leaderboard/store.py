@@ -1,15 +1,19 @@
-"""Results for the leaderboard: FINISHED MLflow runs and submitted entries as one DataFrame.
+"""Results for the leaderboard: FINISHED MLflow runs and submitted entries as rows.
 
 Each row is a ``Result.to_dict()`` plus ``source`` (``local`` for MLflow runs,
-``entry:<name>`` for ``leaderboard/entries/*.json``) and ``run_id``. A cell present both
-locally and in an entry is shown once, as the entry's.
+``entry:<name>`` for ``leaderboard/entries/*.json``), ``run_id`` and ``overrides`` (the
+cell's ``--set`` sections, read from the run's config.json or the entry). Every run is a
+row (re-runs of one cell are averaged later, by the board); runs superseded by a forced
+re-run (tag ``bench.superseded_by``) and results of an older schema are left out and
+counted (:class:`Skipped`), for one warning line per kind.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import tempfile
-import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from urllib.parse import urlparse
@@ -18,50 +22,113 @@ from urllib.request import url2pathname
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.interfaces import Result
+from bench.interfaces import RESULT_SCHEMA, Result
+from bench.tracking import SUPERSEDED
 
 if TYPE_CHECKING:
     from bench.tracking import Tracker
+    from leaderboard.declare import Declaration
 
-__all__ = ["ENTRY_SCHEMA", "ENTRIES_DIR", "combine", "entries_frame", "load_entry", "runs_frame", "sample_sheets"]
+__all__ = [
+    "ENTRY_SCHEMA",
+    "ENTRIES_DIR",
+    "SUPERSEDED",
+    "Skipped",
+    "combine",
+    "entries_frame",
+    "load_entry",
+    "read_entries",
+    "runs_frame",
+    "sample_sheets",
+]
 
-ENTRY_SCHEMA = 1
+ENTRY_SCHEMA = 2
+"""2: entries declare their configurations (``declaration``); 1 is still read."""
+READABLE_ENTRY_SCHEMAS = (1, 2)
 ENTRIES_DIR = Path(__file__).resolve().parent / "entries"
 ENTRY_KEYS = ("schema", "name", "mechanism", "cells")
 
 
-def runs_frame(tracker: "Tracker", profile: str | None = None) -> pd.DataFrame:
-    """Returns one row per cell with a FINISHED run (the newest run when a cell has several).
+@dataclass
+class Skipped:
+    """What reading left out, counted, for one warning line per kind.
+
+    Attributes:
+        old_schema: Where (``the MLflow runs``, ``entry x.json``) -> results of schema 1.
+        superseded: Runs a forced re-run replaced.
+        unreadable: FINISHED runs without a readable result.json.
+    """
+
+    old_schema: dict[str, int] = field(default_factory=dict)
+    superseded: int = 0
+    unreadable: int = 0
+
+    def notes(self) -> list[str]:
+        """Returns one line per kind of result left out (none when nothing was)."""
+        out = []
+        if self.old_schema:
+            where = ", ".join(f"{n} in {place}" for place, n in self.old_schema.items())
+            out.append(f"{sum(self.old_schema.values())} result(s) of schema 1 skipped ({where}): they were scored "
+                       "with the old formula (a useless attack counted as privacy 1.0); rerun them to include them")
+        if self.unreadable:
+            out.append(f"{self.unreadable} FINISHED run(s) have no readable result.json; left out")
+        if self.superseded:
+            out.append(f"{self.superseded} run(s) superseded by a forced re-run left out")
+        return out
+
+
+def runs_frame(tracker: "Tracker", skipped: Skipped | None = None) -> pd.DataFrame:
+    """Returns one row per FINISHED run that holds a current result.
 
     Args:
         tracker: Where the runs are.
-        profile: Keep only cells of this profile.
+        skipped: Counts the runs left out (superseded, old schema, unreadable).
     """
-    rows: dict[str, dict[str, Any]] = {}
-    unreadable = 0
+    rows: list[dict[str, Any]] = []
+    skipped = skipped if skipped is not None else Skipped()
+    old = 0
     for run in _finished(tracker):
+        if SUPERSEDED in run.data.tags:
+            skipped.superseded += 1
+            continue
         data = _artifact(tracker, run, "result.json")
         try:
-            result = Result.from_dict(json.loads(data)) if data is not None else None
+            raw = json.loads(data) if data is not None else None
+        except ValueError:
+            raw = None
+        if isinstance(raw, dict) and raw.get("schema") == 1:
+            old += 1
+            continue
+        try:
+            result = Result.from_dict(raw) if isinstance(raw, dict) else None
         except (ValueError, TypeError, KeyError):
             result = None
         if result is None:
-            unreadable += 1
+            skipped.unreadable += 1
             continue
-        if profile is not None and result.profile != profile:
-            continue
-        row = {**result.to_dict(), "source": "local", "run_id": run.info.run_id, "_started": run.info.start_time}
-        known = rows.get(result.cell_key)
-        if known is None or known["_started"] < row["_started"]:
-            rows[result.cell_key] = row
-    if unreadable:
-        warnings.warn(f"{unreadable} FINISHED run(s) have no readable result.json; left out", stacklevel=2)
-    frame = pd.DataFrame(list(rows.values()))
-    return frame.drop(columns=["_started"]) if len(frame) else frame
+        rows.append({**result.to_dict(), "source": "local", "run_id": run.info.run_id,
+                     "overrides": _overrides(_artifact(tracker, run, "config.json"))})
+    if old:
+        skipped.old_schema["the MLflow runs"] = old
+    return pd.DataFrame(rows)
 
 
-def load_entry(path: str | Path) -> dict[str, Any]:
-    """Reads and checks one entry file.
+def _overrides(config_json: str | None) -> dict[str, Any]:
+    """Returns the ``--set`` sections logged in a run's config.json (``run.overrides``)."""
+    try:
+        value = json.loads(config_json)["run"]["overrides"] if config_json else {}
+    except (ValueError, KeyError, TypeError):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return {"unparsed": {"value": value}}
+    return value if isinstance(value, dict) else {}
+
+
+def load_entry(path: str | Path, skipped: Skipped | None = None) -> dict[str, Any]:
+    """Reads and checks one entry file; cells of result schema 1 are dropped (and counted in ``skipped``).
 
     Raises:
         BenchError: Not JSON, a schema this version does not read, missing keys, or a
@@ -74,37 +141,61 @@ def load_entry(path: str | Path) -> dict[str, Any]:
         raise BenchError(f"entry {path.name}: not a readable JSON file ({exc})") from None
     if not isinstance(entry, dict) or any(k not in entry for k in ENTRY_KEYS):
         raise BenchError(f"entry {path.name}: needs keys {', '.join(ENTRY_KEYS)} (see leaderboard/entries/README.md)")
-    if entry["schema"] != ENTRY_SCHEMA:
-        raise BenchError(f"entry {path.name}: schema {entry['schema']!r}, this version reads {ENTRY_SCHEMA}")
+    if entry["schema"] not in READABLE_ENTRY_SCHEMAS:
+        raise BenchError(f"entry {path.name}: schema {entry['schema']!r}, this version reads "
+                         f"{', '.join(map(str, READABLE_ENTRY_SCHEMAS))}")
     if not isinstance(entry["cells"], list) or not entry["cells"]:
         raise BenchError(f"entry {path.name}: 'cells' must be a non-empty list of results")
+    if entry["schema"] >= 2 and not isinstance(entry.get("declaration"), dict):
+        raise BenchError(f"entry {path.name}: schema {entry['schema']} needs a 'declaration' (see "
+                         "leaderboard/entries/README.md)")
+    current, old = [], 0
     for i, cell in enumerate(entry["cells"]):
+        if isinstance(cell, dict) and cell.get("schema") == 1:
+            old += 1
+            continue
         try:
+            if not isinstance(cell, dict) or cell.get("schema") != RESULT_SCHEMA:
+                raise ValueError(f"result schema {cell.get('schema') if isinstance(cell, dict) else None!r}")
             Result.from_dict(cell)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise BenchError(f"entry {path.name}: cells[{i}] is not a result ({exc})") from None
-    return entry
+        current.append(cell)
+    if old and skipped is not None:
+        skipped.old_schema[f"entry {path.name}"] = old
+    return {**entry, "cells": current}
 
 
-def entries_frame(folder: str | Path = ENTRIES_DIR, profile: str | None = None) -> pd.DataFrame:
-    """Returns one row per cell of every ``*.json`` entry in a folder (empty if there is none).
+def read_entries(folder: str | Path = ENTRIES_DIR,
+                 skipped: Skipped | None = None) -> tuple[pd.DataFrame, list["Declaration"]]:
+    """Returns one row per cell of every ``*.json`` entry in a folder, and the entries' declarations.
 
     Raises:
         BenchError: A malformed entry, or two entries with one name.
     """
+    from leaderboard.declare import declaration_from_entry
+
     rows: list[dict[str, Any]] = []
+    declarations = []
     names: dict[str, str] = {}
     for path in sorted(Path(folder).glob("*.json")):
-        entry = load_entry(path)
+        entry = load_entry(path, skipped)
         name = str(entry["name"])
         if name in names:
             raise BenchError(f"entries {names[name]} and {path.name} have the same name {name!r}")
         names[name] = path.name
+        declarations.append(declaration_from_entry(entry))
+        default = (entry.get("suite") or {}).get("overrides") or {}
         for cell in entry["cells"]:
             result = Result.from_dict(cell)
-            if profile is None or result.profile == profile:
-                rows.append({**result.to_dict(), "source": f"entry:{name}", "run_id": str(cell.get("run_id", ""))})
-    return pd.DataFrame(rows)
+            rows.append({**result.to_dict(), "source": f"entry:{name}", "run_id": str(cell.get("run_id", "")),
+                         "overrides": cell.get("overrides", default)})
+    return pd.DataFrame(rows), declarations
+
+
+def entries_frame(folder: str | Path = ENTRIES_DIR, skipped: Skipped | None = None) -> pd.DataFrame:
+    """Returns one row per cell of every entry in a folder (see :func:`read_entries`)."""
+    return read_entries(folder, skipped)[0]
 
 
 def combine(runs: pd.DataFrame, entries: pd.DataFrame) -> pd.DataFrame:

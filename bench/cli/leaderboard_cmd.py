@@ -7,14 +7,15 @@ import os
 import sys
 from pathlib import Path
 
-from bench.cli.common import add_location_args
+from bench.cli.common import add_location_args, data_root
 from bench.errors import BenchError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench leaderboard`` and its three actions."""
     p = subparsers.add_parser("leaderboard", help="build, serve or print the leaderboard",
-                              description="The leaderboard of FINISHED MLflow runs plus submitted entries.")
+                              description="Boards of declared entries (suites' local runs and submitted entries) ranked by "
+                                          "docs/protocol.md; other cells are in the exploration view.")
     actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
     actions.required = True
 
@@ -34,6 +35,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     _add_source_args(show)
     show.add_argument("--benchmark", default=None, help="only this benchmark")
     show.add_argument("--format", default="text", choices=("text", "markdown", "csv"), help="text (default), markdown or csv")
+    show.add_argument("--exploration", action="store_true",
+                      help="print the cells outside declared entries (single runs, ad-hoc grids, tuning trials)")
     show.set_defaults(func=show_cmd)
 
 
@@ -42,6 +45,11 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
                    help="folder of entry JSON files (default leaderboard/entries or $BENCH_ENTRIES)")
     p.add_argument("--no-entries", action="store_true", help="local runs only")
     p.add_argument("--profile", default=None, help="only cells of this profile")
+    p.add_argument("--suite", action="append", default=None, metavar="NAME|FILE",
+                   help="suites whose local cells form declared entries (repeatable; default: every suite in "
+                        "bench/suites/)")
+    p.add_argument("--data-root", type=Path, default=None,
+                   help="root of real datasets, to expand suites on real data (default $BENCH_DATA)")
     add_location_args(p)
 
 
@@ -55,28 +63,41 @@ def entries_dir(args: argparse.Namespace) -> Path:
 
 
 def collect(args: argparse.Namespace):
-    """Returns (results DataFrame, tracker or None) from the runs and entries the options name.
+    """Returns (Leaderboard, result rows, tracker or None) from the runs, entries and suites the options name.
+
+    Notes about left-out results (superseded runs, results of an old schema) are printed
+    on stderr, one line each.
 
     Raises:
-        BenchError: There are no results at all, or an entry is malformed.
+        BenchError: There are no results at all, or an entry or a named suite is malformed.
     """
     import pandas as pd
 
     from bench.tracking import Tracker
-    from leaderboard.store import combine, entries_frame, runs_frame
+    from leaderboard.boards import build_leaderboard
+    from leaderboard.declare import suite_declarations
+    from leaderboard.store import Skipped, combine, read_entries, runs_frame
 
+    local, problems = suite_declarations(args.suite, data_root(args.data_root))
+    skipped = Skipped()
     try:
         tracker = Tracker(args.results_dir, args.tracking_uri, create=False)
-        runs = runs_frame(tracker, args.profile)
+        runs = runs_frame(tracker, skipped)
     except BenchError:
         tracker, runs = None, pd.DataFrame()
-    entries = pd.DataFrame() if args.no_entries else entries_frame(entries_dir(args), args.profile)
+    entries, declarations = (pd.DataFrame(), []) if args.no_entries else read_entries(entries_dir(args), skipped)
     frame = combine(runs, entries)
+    if args.profile is not None and len(frame):
+        frame = frame[frame["profile"] == args.profile].reset_index(drop=True)
+    present = set(frame["task"]) if len(frame) else set()
+    notes = skipped.notes() + [p.note() for p in problems if not p.benchmarks or present & set(p.benchmarks)]
+    for note in notes:
+        print(f"[bench] warning: {note}", file=sys.stderr)
     if len(frame) == 0:
         where = f"{args.results_dir}" + ("" if args.no_entries else f" or {entries_dir(args)}")
         raise BenchError(f"no finished cells in {where}" + (f" with profile {args.profile}" if args.profile else "")
                          + " (run 'bench grid' or 'bench run' first)")
-    return frame, tracker
+    return build_leaderboard(frame, [*local, *declarations]), frame, tracker
 
 
 def build_site_from(args: argparse.Namespace) -> Path:
@@ -87,12 +108,12 @@ def build_site_from(args: argparse.Namespace) -> Path:
     from leaderboard.render import build_site
     from leaderboard.store import sample_sheets
 
-    frame, tracker = collect(args)
+    board, frame, tracker = collect(args)
     out = args.out or args.results_dir / "leaderboard"
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sheets = sample_sheets(tracker, frame, tmp) if tracker is not None else {}
-        index = build_site(frame, out, sheets)
+        index = build_site(board, out, sheets)
     return index
 
 
@@ -100,7 +121,8 @@ def build_cmd(args: argparse.Namespace) -> int:
     """Writes the site and says where."""
     index = build_site_from(args)
     out = index.parent
-    print(f"leaderboard: {index}\n  markdown: {out / 'leaderboard.md'}\n  csv: {out / 'leaderboard.csv'}")
+    print(f"leaderboard: {index}\n  markdown: {out / 'leaderboard.md'}\n  csv: {out / 'leaderboard.csv'}\n"
+          f"  exploration: {out / 'exploration.html'}")
     return 0
 
 
@@ -133,22 +155,33 @@ def serve_cmd(args: argparse.Namespace) -> int:
 
 
 def show_cmd(args: argparse.Namespace) -> int:
-    """Prints the leaderboard table."""
-    from leaderboard.render import csv_safe, render_markdown, render_terminal
-    from leaderboard.table import leaderboard_table
+    """Prints the boards (or, with --exploration, the cells that are never ranked)."""
+    import dataclasses
 
-    frame, _ = collect(args)
-    table = leaderboard_table(frame)
+    from leaderboard.exports import render_exploration, render_markdown, render_terminal, write_csv
+    from leaderboard.table import exploration_table, leaderboard_table
+
+    if args.exploration and args.format == "markdown":
+        raise BenchError("--exploration prints text or csv (the Markdown export holds the boards)")
+    board, _, _ = collect(args)
     if args.benchmark is not None:
-        if args.benchmark not in set(table["benchmark"]):
-            known = ", ".join(sorted(set(table["benchmark"])))
-            raise BenchError(f"no results for benchmark {args.benchmark!r} (benchmarks with results: {known})")
-        table = table[table["benchmark"] == args.benchmark]
+        known = sorted({b.key.benchmark for b in board.boards} | set(board.exploration["benchmark"]))
+        if args.benchmark not in known:
+            raise BenchError(f"no results for benchmark {args.benchmark!r} (benchmarks with results: "
+                             f"{', '.join(known) or 'none'})")
+        board = dataclasses.replace(
+            board, boards=[b for b in board.boards if b.key.benchmark == args.benchmark],
+            exploration=board.exploration[board.exploration["benchmark"] == args.benchmark])
+    if args.exploration:
+        if args.format == "csv":
+            write_csv(exploration_table(board), sys.stdout)
+        else:
+            print(render_exploration(board), end="")
+        return 0
     if args.format == "markdown":
-        print(render_markdown(table), end="")
+        print(render_markdown(board), end="")
     elif args.format == "csv":
-        safe = table.apply(lambda col: col.map(lambda v: csv_safe(v) if isinstance(v, str) else v))
-        safe.to_csv(sys.stdout, index=False, float_format="%.6g")
+        write_csv(leaderboard_table(board), sys.stdout)
     else:
-        print(render_terminal(table), end="")
+        print(render_terminal(board), end="")
     return 0

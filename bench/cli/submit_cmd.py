@@ -29,11 +29,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "submit", help="check a mechanism, run the submission suite on it and write a leaderboard entry",
-        description="Runs the conformance suite on MECHANISM, runs (or reuses) the cells of --suite (default: "
-                    "standard) for it and writes "
-                    "one JSON entry to leaderboard/entries/ with the cells' metrics, versions, git sha, dataset "
-                    "fingerprints and MLflow run ids. A mechanism the suite does not list runs at its defaults "
-                    "unless --param NAME=V1,V2 lists are given.",
+        description="Checks that the entry follows the leaderboard protocol (docs/protocol.md: at most "
+                    "16 declared configurations, at least 3 seeds, one profile), runs the conformance suite on "
+                    "MECHANISM, runs (or reuses) the cells of --suite (default: standard) for it and writes one JSON "
+                    "entry to leaderboard/entries/ that declares its configurations and holds the cells' metrics, "
+                    "versions, git sha, dataset fingerprints and MLflow run ids. A mechanism the suite does not "
+                    "list runs at its defaults unless --param NAME=V1,V2 lists are given.",
     )
     add_cell_args(p)
     p.set_defaults(suite="standard")
@@ -60,7 +61,9 @@ def submit(args: argparse.Namespace) -> int:
     suite = adjust_suite(submission_suite(args.suite, name, split_names(args.task)), args)
     where = placement(args)
     cells = expand(suite, where)
+    check_protocol(suite, cells)
     checks = conformance(name)
+    audit = submission_audit(name, cells)
     print(f"[bench] submit {name}: conformance passed ({len(checks)} checks); {len(cells)} cells of suite "
           f"{suite.name!r}", file=sys.stderr, flush=True)
     summary = run_grid(cells, where, executor_config(args))
@@ -68,7 +71,7 @@ def submit(args: argparse.Namespace) -> int:
     if summary.failed:
         raise BenchError(f"{len(summary.failed)} of {len(cells)} cells failed (listed above); no entry written, "
                          "rerun to retry them")
-    entry = build_entry(args, name, mechanism_cls, suite, checks, summary, where)
+    entry = build_entry(args, EntryParts(name, mechanism_cls, suite, cells, checks, audit), summary, where)
     folder = entries_dir(args)
     path = write_entry(entry, folder)
     print(f"entry written: {path} ({len(entry['cells'])} cells)")
@@ -93,6 +96,41 @@ def conformance(name: str) -> list[str]:
     return sorted(CHECKS)
 
 
+def check_protocol(suite, cells) -> None:
+    """Refuses an entry the leaderboard would not rank (docs/protocol.md), before anything runs.
+
+    Raises:
+        BenchError: More than K_MAX configurations on a benchmark, or fewer than MIN_SEEDS seeds.
+    """
+    from leaderboard.protocol import K_MAX, MIN_SEEDS, canonical_params
+
+    if len(suite.seeds) < MIN_SEEDS:
+        shown = ",".join(map(str, suite.seeds))
+        raise BenchError(f"an entry needs at least {MIN_SEEDS} seeds, suite {suite.name!r} gives {len(suite.seeds)} "
+                         f"({shown}); pass --seeds 0,1,2 (docs/protocol.md)")
+    for benchmark in suite.benchmarks:
+        count = len({canonical_params(c.config.params) for c in cells if c.config.task == benchmark})
+        if count > K_MAX:
+            raise BenchError(f"an entry declares at most {K_MAX} configurations, suite {suite.name!r} gives {count} "
+                             f"on {benchmark}; shorten the --param lists (docs/protocol.md)")
+
+
+def submission_audit(name: str, cells) -> dict[str, Any] | None:
+    """Hook point of the empirical DP audit of a submission; returns what the entry records as ``audit``.
+
+    Not wired yet: no audit runs here and entries record ``audit: null`` (the conformance
+    suite already audits claimed mechanisms at their registered audit parameters). The
+    audit of each claimed configuration (``bench.audit.run_audit``, a Clopper-Pearson lower
+    bound on epsilon) belongs here: raise BenchError when a bound exceeds its claim, and
+    return a JSON-ready summary.
+
+    Args:
+        name: The mechanism.
+        cells: The entry's validated cells (their configurations carry the claims).
+    """
+    return None
+
+
 def submission_suite(ref: str, name: str, tasks: list[str] | None):
     """Returns the suite limited to one mechanism (its own settings, or the defaults if unlisted)."""
     from bench.grid import MechanismSpec, load_suite
@@ -103,28 +141,56 @@ def submission_suite(ref: str, name: str, tasks: list[str] | None):
     return dataclasses.replace(suite, mechanisms=(MechanismSpec(name),)).restrict(None, tasks)
 
 
-def build_entry(args, name: str, mechanism_cls, suite, checks: list[str], summary, where) -> dict[str, Any]:
-    """Returns the entry: provenance plus every cell's result and MLflow run id."""
+@dataclasses.dataclass(frozen=True)
+class EntryParts:
+    """What an entry is made of besides its results.
+
+    Attributes:
+        name: The mechanism.
+        mechanism_cls: Its class.
+        suite: The submission suite (adjusted by the options).
+        cells: Its validated cells (the declaration).
+        checks: Conformance checks passed.
+        audit: The audit summary, or None (see :func:`submission_audit`).
+    """
+
+    name: str
+    mechanism_cls: Any
+    suite: Any
+    cells: list
+    checks: list[str]
+    audit: dict[str, Any] | None
+
+
+def build_entry(args, parts: EntryParts, summary, where) -> dict[str, Any]:
+    """Returns the entry: provenance, the declaration, and every cell's result and MLflow run id."""
     from bench.runner import git_sha, versions
     from bench.tracking import Tracker
+    from leaderboard.declare import declaration_block
+    from leaderboard.store import ENTRY_SCHEMA
 
+    suite = parts.suite
+    overrides = {k: dict(v) for k, v in suite.overrides.items()}
     tracker = Tracker(where.results_dir, where.tracking_uri)
     cells = []
     for outcome in summary.outcomes:
         result = outcome.result or tracker.load_result(outcome.run_id)
-        cells.append({**result.to_dict(), "run_id": outcome.run_id})
+        cells.append({**result.to_dict(), "run_id": outcome.run_id, "overrides": overrides})
     fingerprints = {c["dataset"]: c["dataset_fingerprint"] for c in cells}
     return {
-        "schema": 1,
-        "name": args.name or name,
-        "mechanism": name,
-        "mechanism_version": mechanism_cls.version,
-        "mechanism_module": getattr(mechanism_cls, "__module__", ""),
+        "schema": ENTRY_SCHEMA,
+        "name": args.name or parts.name,
+        "mechanism": parts.name,
+        "mechanism_version": parts.mechanism_cls.version,
+        "mechanism_module": getattr(parts.mechanism_cls, "__module__", ""),
         "description": args.description,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "suite": {"name": suite.name, "profile": suite.profile, "seeds": list(suite.seeds),
-                  "benchmarks": list(suite.benchmarks), "sha256": _suite_digest(suite)},
-        "conformance": {"passed": True, "checks": checks},
+                  "benchmarks": list(suite.benchmarks), "sha256": _suite_digest(suite), "overrides": overrides,
+                  "attacks": None if suite.attacks is None else list(suite.attacks)},
+        "declaration": declaration_block(suite.name, suite.profile, suite.seeds, parts.cells),
+        "conformance": {"passed": True, "checks": parts.checks},
+        "audit": parts.audit,
         "git_sha": git_sha(),
         "versions": versions(),
         "dataset_fingerprints": fingerprints,
@@ -151,10 +217,12 @@ def _suite_digest(suite) -> str:
 
 
 def _print_rows(entry: dict[str, Any]) -> None:
+    """Prints the entry as the leaderboard will rank it (on its own)."""
     import pandas as pd
 
-    from leaderboard.render import render_terminal
-    from leaderboard.table import leaderboard_table
+    from leaderboard.boards import build_leaderboard
+    from leaderboard.declare import declaration_from_entry
+    from leaderboard.exports import render_terminal
 
     rows = [{**cell, "source": f"entry:{entry['name']}"} for cell in entry["cells"]]
-    print(render_terminal(leaderboard_table(pd.DataFrame(rows))), end="")
+    print(render_terminal(build_leaderboard(pd.DataFrame(rows), [declaration_from_entry(entry)])), end="")

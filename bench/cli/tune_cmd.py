@@ -1,19 +1,29 @@
-"""``bench tune``: Optuna NSGA-II over a mechanism's parameters, maximising utility and privacy."""
+"""``bench tune``: Optuna NSGA-II over a mechanism's parameters on the validation split, then the selection on test."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from bench.cli.common import add_location_args, cache_dir, data_root, parse_overrides
+
+if TYPE_CHECKING:
+    import optuna
+
+    from bench.grid import CellOutcome
+    from bench.tune import Selected
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench tune``."""
     p = subparsers.add_parser(
         "tune", help="search a mechanism's parameters for the utility-privacy Pareto front (Optuna NSGA-II)",
-        description="Multi-objective tuning of one mechanism on one benchmark. Every trial is an ordinary cell "
-                    "logged to MLflow. Start the same command on several machines with one --storage to share "
+        description="Multi-objective tuning of one mechanism on one benchmark. Every trial is a cell evaluated "
+                    "on the validation split and logged to MLflow; once the study is full, the configurations it "
+                    "selects (its Pareto set) are run on the test split as ordinary cells. Trials never enter a "
+                    "leaderboard board. Start the same command on several machines with one --storage to share "
                     "the study; --trials is the study's total.",
     )
     p.add_argument("--mechanism", required=True, help="registered mechanism name")
@@ -39,12 +49,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def tune(args: argparse.Namespace) -> int:
-    """Runs trials until the study is full, then prints its Pareto trials."""
+    """Runs trials until the study is full, prints its Pareto trials and runs them on test."""
     from bench.errors import BenchError
     from bench.params import parse_assignments
     from bench.runner import RunConfig
     from bench.tracking import tracking_uri
-    from bench.tune import TuneConfig, format_pareto, print_trial
+    from bench.tune import TuneConfig, run_selected_on_test, still_running
     from bench.tune import tune as run_study
 
     if args.trials < 1:
@@ -66,4 +76,75 @@ def tune(args: argparse.Namespace) -> int:
                         plugin_files=tuple(p.resolve() for p in args.mechanism_file))
     study = run_study(config, (lambda number, outcome: None) if args.quiet else print_trial)
     print(format_pareto(study, args.trials))
-    return 0
+    running = still_running(study)
+    if running:
+        print(f"{running} trial(s) still running in other workers: the last worker to finish runs the selected "
+              "configurations on test (or run this command again once they are done)")
+        return 0
+    selected = run_selected_on_test(config, study, (lambda outcome: None) if args.quiet else _print_test_cell)
+    print(format_selected(selected, args.seed))
+    return 1 if any(item.test.status == "failed" for item in selected) else 0
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _privacy(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.4f}"
+
+
+def print_trial(number: int, outcome: "CellOutcome") -> None:
+    """Prints one line per finished trial on stderr."""
+    if outcome.status == "failed":
+        text = f"failed: {outcome.error}"
+    else:
+        r = outcome.result
+        verb = "reused" if outcome.status == "skipped" else f"{outcome.seconds:.1f} s"
+        text = f"utility {r.utility_value:.4f}, privacy {_privacy(r.privacy_score)} ({verb})" if r else outcome.status
+        if r is not None and r.privacy_score is None:
+            text += ": attack too weak, the trial fails"
+    print(f"[bench] trial {number}: {outcome.label}: {text}", file=sys.stderr, flush=True)
+
+
+def _print_test_cell(outcome: "CellOutcome") -> None:
+    verb = {"skipped": "reused", "done": f"{outcome.seconds:.1f} s"}.get(outcome.status, f"failed: {outcome.error}")
+    print(f"[bench] test: {outcome.label} ({verb})", file=sys.stderr, flush=True)
+
+
+def format_pareto(study: "optuna.Study", trials: int) -> str:
+    """Returns the study's state and its Pareto trials (validation split) as a table."""
+    from optuna.trial import TrialState
+
+    from bench.tune import _counts, pareto_rows
+
+    counted = [t for t in study.get_trials(deepcopy=False) if _counts(t)]
+    states = {s: sum(t.state == s for t in counted) for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)}
+    lines = [
+        f"study {study.study_name}: {states[TrialState.COMPLETE]} complete, {states[TrialState.FAIL]} failed, "
+        f"{states[TrialState.RUNNING]} running of {trials} trials",
+        "Pareto trials (maximising utility and privacy on the validation split):",
+        f"{'trial':>6}  {'utility':>8}  {'privacy':>8}  {'run id':<32}  params",
+    ]
+    for row in pareto_rows(study):
+        params = ", ".join(f"{k}={_short(v)}" for k, v in row["params"].items())
+        again = f"  (also trials {', '.join(map(str, row['trials'][1:]))})" if len(row["trials"]) > 1 else ""
+        lines.append(f"{row['trials'][0]:>6}  {row['utility']:>8.4f}  {row['privacy']:>8.4f}  {row['run_id']:<32}  "
+                     f"{params}{again}")
+    return "\n".join(lines)
+
+
+def format_selected(selected: "list[Selected]", seed: int) -> str:
+    """Returns the selected configurations' validation and test numbers as a table."""
+    lines = [f"Selected configurations run on the test split (seed {seed}; ordinary cells in the exploration view, "
+             "never ranked: declare them in a suite and 'bench submit' it to rank them; undefined: attack too weak):",
+             f"  {'val util':>8}  {'val priv':>8}  {'test util':>9}  {'test priv':>9}  {'run id':<32}  params"]
+    for item in selected:
+        result = item.test.result
+        params = ", ".join(f"{k}={_short(v)}" for k, v in item.params.items())
+        if item.test.status == "failed" or result is None:
+            test = f"{'failed':>9}  {'':>9}  {item.test.error[:32]:<32}"
+        else:
+            test = f"{result.utility_value:>9.4f}  {_privacy(result.privacy_score):>9}  {item.test.run_id or '':<32}"
+        lines.append(f"  {item.val_utility:>8.4f}  {item.val_privacy:>8.4f}  {test}  {params}")
+    return "\n".join(lines)

@@ -1,8 +1,14 @@
-"""``bench leaderboard build | serve | show`` from real MLflow runs plus an entry; hostile names stay text."""
+"""``bench leaderboard build | serve | show`` over MLflow runs, a suite and an entry; hostile names stay text.
+
+The runs are logged through the real Tracker with results made up here (no cell is
+computed): their cell keys are those of a small suite's cells, so the suite's local runs
+form declared entries, exactly as after ``bench grid --suite FILE``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import re
 import signal
@@ -13,15 +19,22 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench.cli import main
 from bench.interfaces import Result
 from bench.tracking import Tracker
+from leaderboard.pareto import hypervolume_2d
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "fewshot_synth_faces"
 XSS = "<script>alert(1)</script>"
 XSS_ENTRY = '<script>alert("entry")</script>'
+SUITE = {"description": "leaderboard test suite", "profile": "smoke", "seeds": [0, 1, 2], "benchmarks": [TASK],
+         "mechanisms": [{"name": "pixelate", "grid": {"block": [4, 8]}}, {"name": "blur", "grid": {"radius": [1.0, 3.0]}}]}
+CURVES = {"pixelate": {4: (0.62, 0.55), 8: (0.45, 0.80)}, "blur": {1.0: (0.60, 0.30), 3.0: (0.40, 0.52)}}
+ENTRY_CURVE = [(0.45, 0.7), (0.35, 0.95)]
+SEED_SHIFT = {0: -0.02, 1: 0.015, 2: 0.0}
 
 
 class _Page(HTMLParser):
@@ -46,65 +59,113 @@ def parse(path: Path) -> _Page:
     return page
 
 
-def fake_result(template: Result, mechanism: str, utility: float, privacy: float, seed: int) -> Result:
-    """A result row for a made-up mechanism (names the registry would refuse)."""
-    return dataclasses.replace(
-        template, mechanism=mechanism, params={"level": f"{utility}</script><!--"}, seed=seed,
-        cell_key=f"fake{abs(hash((mechanism, utility, seed))) % 10**12:012d}",
-        utility={**template.utility, template.primary_metric: utility}, privacy_score=privacy,
-        privacy={name: privacy for name in template.privacy},
+def made_up(key: str, mechanism: str, params: dict, seed: int, utility: float, privacy: float | None, **changes) -> Result:
+    return Result(
+        cell_key=key, task=TASK, dataset="synth_faces", mechanism=mechanism, mechanism_version=1, params=params,
+        seed=seed, profile="smoke", utility={"acc": utility, "acc_ci95": 0.01}, primary_metric="acc",
+        attacks={"face_reid": {"top1": 0.2, "top1_clean": 0.4, "chance": 0.1}}, privacy={"face_reid": privacy},
+        privacy_score=privacy, claim=None, runtime_s=1.0, versions={"torch": "x"}, git_sha="x",
+        dataset_fingerprint="fp-synth", synthetic=True, device="cpu", created="2026-01-01T00:00:00+00:00", **changes,
     )
 
 
+def png() -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 4), (200, 30, 30)).save(out, format="PNG")
+    return out.getvalue()
+
+
+CONFIG = {"task": {}, "attacks": {"face_reid": {}}, "run": {"overrides": "{}", "attacks": "None"}}
+
+
 @pytest.fixture(scope="module")
-def board(shared_cache, tmp_path_factory):
-    """A results dir with three real smoke cells and two hostile-named runs, plus one hostile entry."""
+def board(tmp_path_factory):
+    """The suite's 12 cells as runs, plus a tune trial, an ad-hoc run, an old-schema run and a hostile entry."""
+    from bench.grid import Placement, expand, load_suite
+
     root = tmp_path_factory.mktemp("board")
     results, entries = root / "results", root / "entries"
-    assert main(["grid", "--suite", "smoke", "--seeds", "0", "--mechanism", "identity,pixelate",
-                 "--results-dir", str(results), "--cache-dir", str(shared_cache)]) == 0
+    suite_file = root / "lbsuite.yaml"
+    suite_file.write_text(yaml.safe_dump(SUITE))
     tracker = Tracker(results)
-    experiment = tracker.experiment_id
-    run = tracker.client.search_runs([experiment], filter_string="attributes.status = 'FINISHED'")[0]
-    template = tracker.load_result(run.info.run_id)
-    for seed, (u, p) in enumerate([(0.5, 0.6), (0.4, 0.9)]):
-        tracker.log_cell(fake_result(template, XSS, u, p, seed), {}, {})
+    sheet = {"samples.png": png()}
+    for cell in expand(load_suite(suite_file), Placement(results_dir=results)):
+        cfg = cell.config
+        u, p = CURVES[cfg.mechanism][next(iter(cfg.params.values()))]
+        tracker.log_cell(made_up(cell.key, cfg.mechanism, dict(cfg.params), cfg.seed, u + SEED_SHIFT[cfg.seed], p),
+                         CONFIG, sheet)
+    tracker.log_cell(made_up("trial", "pixelate", {"block": 5}, 0, 0.99, 0.99, eval_split="val"), CONFIG, {})
+    tracker.log_cell(made_up("adhoc", XSS, {"level": "</script><!--"}, 0, 0.5, None,
+                             privacy_flags={"face_reid": "attack too weak"}), CONFIG, sheet)
+    tracker.log_cell(dataclasses.replace(made_up("old", "pixelate", {"block": 16}, 0, 0.3, 1.0), schema=1), CONFIG, {})
     entries.mkdir()
-    cells = [{**fake_result(template, XSS_ENTRY, u, p, seed).to_dict(), "run_id": f"remote-{seed}"}
-             for seed, (u, p) in enumerate([(0.45, 0.7), (0.35, 0.95)])]
-    entry = {"schema": 1, "name": "team <b>", "mechanism": XSS_ENTRY, "cells": cells}
+    cells = [{**made_up(f"e{seed}{level}", XSS_ENTRY, {"level": level}, seed, u + SEED_SHIFT[seed], p).to_dict(),
+              "run_id": f"remote-{seed}-{level}"}
+             for seed in (0, 1, 2) for level, (u, p) in enumerate(ENTRY_CURVE)]
+    declaration = {"suite": "standard", "profile": "smoke", "seeds": [0, 1, 2], "cells": [
+        {"cell_key": c["cell_key"], "benchmark": TASK, "seed": c["seed"], "params": c["params"]} for c in cells]}
+    entry = {"schema": 2, "name": "team <b>", "mechanism": XSS_ENTRY, "cells": cells, "declaration": declaration}
     (entries / "team.json").write_text(json.dumps(entry))
-    return {"results": results, "entries": entries, "site": root / "site", "template": template}
+    return {"results": results, "entries": entries, "site": root / "site", "suite": suite_file}
 
 
 def lb(board, *argv: str) -> list[str]:
-    return ["leaderboard", *argv, "--results-dir", str(board["results"]), "--entries", str(board["entries"])]
+    return ["leaderboard", *argv, "--results-dir", str(board["results"]), "--entries", str(board["entries"]),
+            "--suite", str(board["suite"])]
+
+
+def test_show_ranks_the_suite_entries_and_the_submitted_one(capsys, board):
+    assert main(lb(board, "show")) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == f"{TASK} · profile smoke · synthetic data (fp-synth) · attacks: face_reid; settings: defaults"
+    assert re.match(r"rank\s+entry\s+claim\s+HV mean\s+95% CI", lines[1])
+    # A seed shifts every entry alike, so the paired differences barely vary: all separated.
+    assert [line.split()[:2] for line in lines[2:5]] == [["1", "lbsuite/pixelate"], ["2", "team"], ["3", "lbsuite/blur"]]
+    for line, curve in zip(lines[2:5], [CURVES["pixelate"].values(), ENTRY_CURVE, CURVES["blur"].values()]):
+        mean = sum(hypervolume_2d([(u + SEED_SHIFT[s], p) for u, p in curve]) for s in SEED_SHIFT) / 3
+        assert re.search(rf"empirical only\s+{mean:.3f}\s+\[0\.\d+, 0\.\d+\]\s+0\.\d+\s+3/3\s+2\s+0\s+ranked$", line)
+    assert "team <b>" in lines[3] and len(lines) == 5 and "trial" not in out and XSS not in out
+    warnings = [line for line in err.splitlines() if line.startswith("[bench] warning:")]
+    assert warnings == ["[bench] warning: 1 result(s) of schema 1 skipped (1 in the MLflow runs): they were scored "
+                        "with the old formula (a useless attack counted as privacy 1.0); rerun them to include them"]
+
+
+def test_exploration_lists_what_is_never_ranked(capsys, board):
+    assert main(lb(board, "show", "--exploration")) == 0
+    out = capsys.readouterr().out
+    assert "exploration, not ranked" in out.splitlines()[0]
+    assert re.search(r"pixelate\s+block=5\s+0\s+val\s+0\.9900\s+0\.9900\s+tuning cell \(validation split\)", out)
+    assert re.search(r"\s0\s+test\s+0\.5000\s+attack too weak\s+not a declared configuration", out)
+    assert main(lb(board, "show", "--exploration", "--format", "csv")) == 0
+    csv = capsys.readouterr().out
+    assert csv.startswith("benchmark,profile,data,settings,mechanism") and csv.count("\n") == 3
 
 
 def test_build_writes_site_markdown_and_csv(capsys, board):
     assert main(lb(board, "build", "--out", str(board["site"]))) == 0
     out = capsys.readouterr().out
     site = board["site"]
-    assert str(site / "index.html") in out
-    benchmark_pages = list((site / "benchmarks").glob("*.html"))
-    assert len(benchmark_pages) == 1 and len(list((site / "plots").glob("*.png"))) == 1
+    assert str(site / "index.html") in out and str(site / "exploration.html") in out
+    assert len(list((site / "boards").glob("*.html"))) == 1 and len(list((site / "plots").glob("*.png"))) == 1
     assert len(list((site / "mechanisms").glob("*.html"))) == 4
     assert list((site / "sheets").glob("*.png")), "no sample sheet copied from the runs"
     markdown = (site / "leaderboard.md").read_text()
-    assert "## fewshot\\_synth\\_faces" in markdown and "pixelate" in markdown and "identity" in markdown
-    assert "<script>" not in markdown
+    assert f"## fewshot\\_synth\\_faces · profile smoke · synthetic data (fp-synth)" in markdown
+    assert "| 1 | lbsuite/pixelate | pixelate |" in markdown and "<script>" not in markdown
     csv = (site / "leaderboard.csv").read_text()
-    assert "entry:team <b>" in csv and "local" in csv
     header = csv.splitlines()[0].split(",")
-    assert {"mechanism", "claim_type", "best_utility_p50", "best_utility_p90", "hv_mean", "hv_std", "n_cells",
-            "profiles"} <= set(header)
+    assert header[:8] == ["board", "benchmark", "profile", "data", "settings", "rank", "tied", "entry"]
+    assert "entry:team <b>" in csv and ",local" in csv
 
 
 def test_hostile_names_render_as_text_in_every_page(capsys, board):
     assert main(lb(board, "build", "--out", str(board["site"]))) == 0
     capsys.readouterr()
     pages = sorted(board["site"].rglob("*.html"))
-    assert len(pages) == 6
+    assert len(pages) == 7
     for path in pages:
         page = parse(path)
         raw = path.read_text(encoding="utf-8")
@@ -113,31 +174,17 @@ def test_hostile_names_render_as_text_in_every_page(capsys, board):
         for script in page.scripts:
             assert script.get("type") == "application/json" or (script.get("src") or "").endswith("static/table.js"), path
     shown = {path.name: "".join(parse(path).text) for path in pages}
-    index = shown["index.html"]
-    assert XSS in index and XSS_ENTRY in index
-    benchmark = next(text for name, text in shown.items() if name.startswith("fewshot"))
-    assert XSS in benchmark and XSS_ENTRY in benchmark
-    assert any(text.count(XSS) and "</script><!--" in text for name, text in shown.items() if name.startswith("script"))
-
-
-def test_show_prints_the_table(capsys, board):
-    assert main(lb(board, "show")) == 0
-    out = capsys.readouterr().out
-    assert out.startswith(f"{TASK}  (profile: smoke)")
-    lines = out.splitlines()
-    assert re.match(r"rank\s+mechanism\s+claim\s+HV mean", lines[1])
-    assert any("pixelate" in line for line in lines) and any(XSS in line for line in lines)
-    assert main(lb(board, "show", "--format", "csv")) == 0
-    csv = capsys.readouterr().out
-    assert csv.startswith("benchmark,rank,mechanism")
-    assert main(lb(board, "show", "--format", "markdown", "--no-entries")) == 0
-    markdown = capsys.readouterr().out
-    assert "pixelate" in markdown and "entry" not in markdown
+    assert XSS in shown["index.html"] and XSS_ENTRY in shown["index.html"]
+    board_page = next(text for name, text in shown.items() if name.startswith("fewshot"))
+    assert XSS_ENTRY in board_page and "team <b>" in board_page and XSS not in board_page
+    assert XSS in shown["exploration.html"] and "</script><!--" in shown["exploration.html"]
 
 
 def test_show_user_errors_are_one_line(capsys, board, tmp_path):
     assert main(lb(board, "show", "--benchmark", "nope")) == 2
     assert "no results for benchmark 'nope'" in capsys.readouterr().err
+    assert main(lb(board, "show", "--exploration", "--format", "markdown")) == 2
+    assert "--exploration prints text or csv" in capsys.readouterr().err
     assert main(["leaderboard", "show", "--results-dir", str(tmp_path / "none"), "--no-entries"]) == 2
     err = capsys.readouterr().err
     assert "no finished cells" in err and len(err.strip().splitlines()) == 1
@@ -147,19 +194,8 @@ def test_show_user_errors_are_one_line(capsys, board, tmp_path):
     (bad / "x.json").write_text("{not json")
     assert main(["leaderboard", "show", "--results-dir", str(board["results"]), "--entries", str(bad)]) == 2
     assert "entry x.json: not a readable JSON file" in capsys.readouterr().err
-
-
-def test_entry_replaces_the_local_run_of_the_same_cell(board, tmp_path):
-    from leaderboard.store import combine, entries_frame, runs_frame
-
-    runs = runs_frame(Tracker(board["results"]))
-    local = runs[runs["mechanism"] == "pixelate"].iloc[0]
-    entry = {"schema": 1, "name": "mine", "mechanism": "pixelate",
-             "cells": [{**json.loads(json.dumps(local.drop(["source", "run_id"]).to_dict())), "run_id": local["run_id"]}]}
-    (tmp_path / "mine.json").write_text(json.dumps(entry))
-    both = combine(runs, entries_frame(tmp_path))
-    assert len(both) == len(runs)
-    assert both.loc[both["cell_key"] == local["cell_key"], "source"].tolist() == ["entry:mine"]
+    assert main(lb(board, "show", "--suite", str(tmp_path / "missing.yaml"))) == 2
+    assert "no suite file" in capsys.readouterr().err
 
 
 def test_serve_answers_on_loopback(board):
@@ -177,7 +213,7 @@ def test_serve_answers_on_loopback(board):
             body = response.read().decode()
         assert "Privacy–utility leaderboard" in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
         with urllib.request.urlopen(url + "leaderboard.csv", timeout=30) as response:
-            assert response.read().decode().startswith("benchmark,rank")
+            assert response.read().decode().startswith("board,benchmark")
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -15,6 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from leaderboard.boards import build_leaderboard
+from leaderboard.declare import Declaration, DeclaredCell
+from leaderboard.protocol import canonical_params
 from leaderboard.render import build_site
 from leaderboard.table import leaderboard_table
 
@@ -39,8 +42,8 @@ if not CHROMIUM.exists():
     pytest.skip(f"no system Chromium at {CHROMIUM} (apt-get install -y chromium)", allow_module_level=True)
 
 
-def synthetic_results() -> pd.DataFrame:
-    """Four mechanisms on two benchmarks, two seeds, three settings each; values are exact."""
+def synthetic_leaderboard():
+    """Four entries on two benchmarks, three seeds, three settings each, plus two exploration cells."""
     curves = {
         "dp_pix": [(0.80, 0.30), (0.60, 0.60), (0.30, 0.95)],
         "blur": [(0.85, 0.20), (0.50, 0.50), (0.20, 0.80)],
@@ -48,29 +51,31 @@ def synthetic_results() -> pd.DataFrame:
         XSS_ATTR: [(0.90, 0.05), (0.88, 0.10), (0.85, 0.15)],
     }
     claims = {"dp_pix": UNIT, XSS: "<b>image</b>"}
-    rows = []
+    rows, declared = [], {}
     for task, metric in (("fewshot_celeba", "acc"), ("reid_market1501", "mAP")):
-        for seed in (0, 1):
-            for mechanism, curve in curves.items():
+        for mechanism, curve in curves.items():
+            source = "entry:team <x>" if mechanism == "blur" else "local"
+            cells = declared.setdefault(mechanism, {})
+            for seed in (0, 1, 2):
                 for level, (utility, privacy) in enumerate(curve):
                     shift = 0.02 * seed - (0.05 if task == "reid_market1501" else 0.0)
                     unit = claims.get(mechanism)
-                    rows.append(
-                        {
-                            "task": task,
-                            "mechanism": mechanism,
-                            "params": {"level": level, "tag": "</script><!--"},
-                            "seed": seed,
-                            "profile": "smoke",
-                            "utility": {metric: utility + shift},
-                            "primary_metric": metric,
-                            "privacy_score": privacy,
-                            "claim": None if unit is None else {"epsilon": 8.0 / (level + 1), "delta": 0.0, "unit": unit},
-                            "source": "entry:team <x>" if mechanism == "blur" else "local",
-                            "run_id": f"run-{task}-{seed}-{level}",
-                        }
-                    )
-    return pd.DataFrame(rows)
+                    key = f"{task}|{mechanism}|{level}|{seed}"
+                    cells[key] = DeclaredCell(task, canonical_params({"level": level, "tag": "</script><!--"}), seed)
+                    rows.append({
+                        "task": task, "mechanism": mechanism, "mechanism_version": 1,
+                        "params": {"level": level, "tag": "</script><!--"}, "seed": seed, "profile": "quick",
+                        "utility": {metric: utility + shift}, "primary_metric": metric, "attacks": {"face_reid": {}},
+                        "privacy_score": privacy, "privacy_flags": {},
+                        "claim": None if unit is None else {"epsilon": 8.0 / (level + 1), "delta": 0.0, "unit": unit},
+                        "synthetic": False, "dataset_fingerprint": f"fp-{task}", "eval_split": "test",
+                        "cell_key": key, "source": source, "run_id": f"run-{task}-{seed}-{level}",
+                    })
+    declarations = [Declaration("team <x>" if m == "blur" else m, "entry:team <x>" if m == "blur" else "local", m,
+                                "standard", "quick", (0, 1, 2), cells) for m, cells in declared.items()]
+    extra = dict(rows[0], cell_key="trial", eval_split="val", run_id="trial-run", privacy_score=None)
+    rows += [extra, dict(rows[0], cell_key="adhoc", params={"level": 7}, run_id="adhoc-run")]
+    return build_leaderboard(pd.DataFrame(rows), declarations)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -80,16 +85,16 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    df = synthetic_results()
+    leaderboard = synthetic_leaderboard()
     root = tmp_path_factory.mktemp("site")
     sheet = root.parent / "sheet.png"
     _write_png(sheet)
-    build_site(df, root, sheets={XSS: sheet})
+    build_site(leaderboard, root, sheets={XSS: sheet})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "table": leaderboard_table(df)}
+        yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "table": leaderboard_table(leaderboard)}
     finally:
         server.shutdown()
         server.server_close()
@@ -163,51 +168,58 @@ def _image_loaded(page, selector: str, timeout_s: float = 10.0) -> int:
     return image.evaluate("img => img.naturalWidth")
 
 
-def test_index_lists_benchmarks_and_mechanisms(page, site):
+def test_index_lists_boards_with_their_identity(page, site):
     page.goto(f"{site['url']}/index.html")
     assert page.locator("h1").inner_text() == "Privacy–utility leaderboard"
-    assert page.locator("a.benchmark").all_inner_texts() == ["fewshot_celeba", "reid_market1501"]
+    assert page.locator("a.board").all_inner_texts() == ["fewshot_celeba", "reid_market1501"]
+    identity = page.locator("ul.boards > li").first.locator(".identity-line").inner_text()
+    assert identity == "profile quick · real data (fp-fewshot) · attacks: face_reid; settings: defaults"
     names = page.locator("a.mechanism").all_text_contents()
     assert sorted(names) == sorted(["dp_pix", "blur", XSS, XSS_ATTR])
-    top = page.locator("ul.benchmarks > li").first.locator("ol.top a").all_text_contents()
-    expected = site["table"].query("benchmark == 'fewshot_celeba'")["mechanism"].head(3).tolist()
+    top = page.locator("ul.boards > li").first.locator("ol.top a").all_text_contents()
+    expected = site["table"].query("benchmark == 'fewshot_celeba'")["entry"].head(3).tolist()
     assert top == expected
+    assert page.locator("a.exploration").inner_text() == "2 cells outside declared entries"
     assert page.evaluate("document.scripts.length") == 1
     assert page.evaluate("document.querySelectorAll('img').length") == 0
 
 
-def test_benchmark_page_sorts_filters_and_shows_plot(page, site):
+def test_board_page_sorts_filters_and_shows_plot(page, site):
     page.goto(f"{site['url']}/index.html")
     page.get_by_role("link", name="fewshot_celeba", exact=True).click()
     page.wait_for_selector("#board")
     assert page.locator("h1").inner_text() == "fewshot_celeba"
+    assert page.locator("dl.identity dd.profile").inner_text() == "quick"
+    assert page.locator("dl.identity dd.data").inner_text() == "real data (fp-fewshot)"
     assert _image_loaded(page, "#frontier-plot") > 0
 
     board = site["table"].query("benchmark == 'fewshot_celeba'")
-    assert [row[1] for row in _visible_rows(page, "board")] == board["mechanism"].tolist()
+    assert [row[1] for row in _visible_rows(page, "board")] == board["entry"].tolist()
+    assert [row[0] for row in _visible_rows(page, "board")] == ["1", "2", "3", "4"]
 
     header = page.locator("#board thead th", has_text="Hypervolume").first
     header.click()
     assert header.get_attribute("aria-sort") == "ascending"
-    values = [float(v) for v in _column(page, "board", 3)]
+    values = [float(v) for v in _column(page, "board", 4)]
     assert values == sorted(values)
-    assert [row[1] for row in _visible_rows(page, "board")] == board["mechanism"].tolist()[::-1]
+    assert [row[1] for row in _visible_rows(page, "board")] == board["entry"].tolist()[::-1]
     header.click()
     assert header.get_attribute("aria-sort") == "descending"
-    assert [float(v) for v in _column(page, "board", 3)] == sorted(values, reverse=True)
+    assert [float(v) for v in _column(page, "board", 4)] == sorted(values, reverse=True)
 
     select = page.locator('[data-filter="claim"]')
     assert XSS_ATTR not in select.inner_html()
     select.select_option(UNIT)
     assert [row[1] for row in _visible_rows(page, "board")] == ["dp_pix"]
-    assert page.locator("[data-count]").inner_text() == "1 of 4 rows"
+    assert page.locator("[data-filters-for=board] [data-count]").inner_text() == "1 of 4 rows"
     select.select_option("empirical only")
-    assert sorted(row[1] for row in _visible_rows(page, "board")) == sorted(["blur", XSS_ATTR])
+    assert sorted(row[1] for row in _visible_rows(page, "board")) == sorted(["team <x>", XSS_ATTR])
     select.select_option("<b>image</b>")
     assert [row[1] for row in _visible_rows(page, "board")] == [XSS]
     select.select_option("")
-    page.locator('[data-filter="text"]').fill("team <x>")
-    assert [row[1] for row in _visible_rows(page, "board")] == ["blur"]
+    page.locator('[data-filters-for=board] [data-filter="text"]').fill("team <x>")
+    assert [row[1] for row in _visible_rows(page, "board")] == ["team <x>"]
+    assert len(_visible_rows(page, "cells")) == 4 * 3 * 3
 
 
 def test_hostile_names_render_as_text(page, site):
@@ -219,18 +231,27 @@ def test_hostile_names_render_as_text(page, site):
     assert page.evaluate("document.scripts.length") == 1
     assert _image_loaded(page, "#sample-sheet") > 0
     rows = _visible_rows(page, "cells")
-    assert len(rows) == 12
-    assert all('"tag": "</script><!--"' in row[1] or "tag=</script><!--" in row[1] for row in rows)
+    assert len(rows) == 18
+    assert all("tag=</script><!--" in row[2] for row in rows)
 
-    page.get_by_role("link", name="reid_market1501").click()
+    page.locator("ul.ranks a", has_text="reid_market1501").click()
     page.wait_for_selector("#board")
-    mechanisms = [row[1] for row in _visible_rows(page, "board")]
-    assert XSS in mechanisms and XSS_ATTR in mechanisms
+    entries = [row[1] for row in _visible_rows(page, "board")]
+    assert XSS in entries and XSS_ATTR in entries
     assert page.evaluate("document.scripts.length") == 2
     data = page.evaluate("JSON.parse(document.getElementById('board-data').textContent)")
-    assert {row["mechanism"] for row in data["rows"]} == {"dp_pix", "blur", XSS, XSS_ATTR}
+    assert {row["entry"] for row in data["rows"]} == {"dp_pix", "team <x>", XSS, XSS_ATTR}
 
-    page.locator("a", has_text=XSS_ATTR).first.click()
+    page.locator("#board a", has_text=XSS_ATTR).first.click()
     page.wait_for_selector("#cells")
     assert page.locator("h1").text_content() == XSS_ATTR
     assert page.evaluate("document.querySelectorAll('img').length") == 0
+
+
+def test_exploration_page_lists_unranked_cells(page, site):
+    page.goto(f"{site['url']}/index.html")
+    page.locator("a.exploration").click()
+    page.wait_for_selector("#exploration")
+    rows = _visible_rows(page, "exploration")
+    assert sorted(row[10] for row in rows) == ["not a declared configuration", "tuning cell (validation split)"]
+    assert {row[9] for row in rows} == {"attack too weak", "0.3000"}

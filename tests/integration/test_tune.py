@@ -1,4 +1,7 @@
-"""``bench tune``: two worker processes share one journal-file study; every trial is an MLflow cell.
+"""``bench tune``: two worker processes share one journal-file study; every trial is a validation cell.
+
+Trials are evaluated on the validation split; once the study is full, its Pareto set is
+run on the test split as ordinary cells (by the worker that finishes last).
 
 The fast study tunes a pixelation whose search range holds two block sizes, so that 20
 trials compute two cells and reuse them (and both workers contend for the same cells);
@@ -8,6 +11,7 @@ the slow one is a real NSGA-II search over pixelate's full range.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +28,7 @@ TASK = "fewshot_synth_faces"
 def warm_cache(shared_cache, tmp_path_factory):
     """Trains the smoke baseline and the adversary's clean network once."""
     results = tmp_path_factory.mktemp("warm")
-    assert main(["run", "--task", TASK, "--mechanism", "identity", "--profile", "smoke", "-q",
+    assert main(["run", "--task", TASK, "--mechanism", "identity", "--profile", "smoke", "-q", "--attacks", "face_reid",
                  "--results-dir", str(results), "--cache-dir", str(shared_cache)]) == 0
     return shared_cache
 
@@ -44,6 +48,7 @@ class TinyPixelate(Pixelate):
 def tune_argv(results: Path, cache: Path, journal: Path, trials: int, mechanism: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "bench", "tune", "--mechanism", mechanism, "--task", TASK, "--profile", "smoke",
             "--trials", str(trials), "--storage", f"journal:{journal}", "--study", "shared", "--threads", "1",
+            "--attacks", "face_reid",
             "--results-dir", str(results), "--cache-dir", str(cache), *extra]
 
 
@@ -83,17 +88,31 @@ def check_study(tmp_path: Path, journal: Path, workers: list[subprocess.Complete
     by_id = {r.info.run_id: r for r in finished}
     for trial in counted:
         run = by_id[trial.user_attrs["run_id"]]
+        assert run.data.tags["bench.eval_split"] == "val", "a trial was evaluated on the test split"
         assert run.data.params["mech.block"] == str(trial.params["block"])
         assert trial.values[0] == pytest.approx(run.data.metrics["utility.acc"])
         assert trial.values[1] == pytest.approx(run.data.metrics["privacy_score"])
     pareto = {t.number for t in study.best_trials}
     first_of_setting = {min(t.number for t in study.best_trials if t.params == trial.params) for trial in study.best_trials}
-    last = workers[-1].stdout
-    assert "Pareto trials (maximising utility and privacy):" in last
-    assert f"{trials} complete" in "\n".join(w.stdout for w in workers)
-    shown = {int(line.split()[0]) for line in last.splitlines() if line.strip() and line.split()[0].isdigit()}
-    assert shown == first_of_setting
+    outputs = [w.stdout for w in workers]
+    assert all("Pareto trials (maximising utility and privacy on the validation split):" in out for out in outputs)
+    assert f"{trials} complete" in "\n".join(outputs)
+    for out in outputs:
+        shown = {int(n) for n in re.findall(r"^\s*(\d+)\s+\d\.\d{4}\s+\d\.\d{4}\s+\w{32}\s", out, re.M)}
+        assert shown <= {t.number for t in counted} and len(shown) == len(first_of_setting)
     assert all(by_id[study.trials[n].user_attrs["run_id"]].data.tags.get("bench.pareto") == "shared" for n in pareto)
+
+    selected = {str(t.params["block"]) for t in study.best_trials}
+    tested = [r for r in finished if r.data.tags["bench.eval_split"] == "test"]
+    assert {r.data.params["mech.block"] for r in tested} == selected and len(tested) == len(selected)
+    assert any(r.data.tags.get("bench.selected_by") == "shared" for r in tested)
+    reporting = [out for out in outputs if "Selected configurations run on the test split" in out]
+    assert reporting, "no worker ran the selected configurations on test"
+    for out in outputs:
+        assert out in reporting or "still running in other workers" in out
+    rows = reporting[-1].split("Selected configurations run on the test split", 1)[1].splitlines()[2:]
+    assert {row.split()[-1] for row in rows if row.strip()} == {f"block={b}" for b in selected}
+    assert {row.split()[4] for row in rows if row.strip()} == {r.info.run_id for r in tested}
 
 
 def test_two_workers_finish_a_20_trial_study_of_a_cheap_mechanism(tmp_path, warm_cache):

@@ -1,132 +1,107 @@
-"""Leaderboard table maths, site rendering, exports and escaping."""
+"""Leaderboard tables, the static site and the exports: numbers, layout and escaping."""
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import io
 import json
 import math
 import re
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from leaderboard.render import (
-    build_site,
+from leaderboard.boards import build_leaderboard
+from leaderboard.cells import cells_frame
+from leaderboard.declare import Declaration, DeclaredCell
+from leaderboard.exports import (
     csv_safe,
     markdown_escape,
+    printable,
+    render_exploration,
     render_markdown,
     render_terminal,
-    script_json,
-    slug,
     terminal_safe,
+    write_csv,
 )
-from leaderboard.table import TABLE_COLUMNS, cells_frame, leaderboard_table
+from leaderboard.pareto import hypervolume_2d
+from leaderboard.protocol import canonical_params
+from leaderboard.render import build_site, script_json, slug
+from leaderboard.table import TABLE_COLUMNS, exploration_table, leaderboard_table
 
 XSS = "<script>alert(1)</script>"
-NASTY = [XSS, '"><img src=x onerror=alert(2)>', "../../etc/passwd", "a$b$c \\frac", "=cmd|' /C calc'!A0", "\x1b[31mred\x1b[0m"]
+NASTY = [XSS, '"><img src=x onerror=alert(2)>', "../../etc/passwd", "a$b$c \\frac", "=cmd|' /C calc'!A0",
+         "\x1b[31mred\x1b[0m"]
+CURVE = [(0.8, 0.3), (0.6, 0.6), (0.3, 0.95)]
+SEEDS = (0, 1, 2)
 
 
-def row(task, mechanism, utility, privacy, seed=0, claim=None, **extra):
+def row(task, mechanism, level, seed, utility, privacy, *, claim=None, source="local", **extra):
     return {
-        "task": task,
-        "mechanism": mechanism,
-        "params": {"level": utility},
-        "seed": seed,
-        "profile": "smoke",
-        "utility": {"acc": utility, "other": 0.0},
-        "primary_metric": "acc",
-        "privacy_score": privacy,
-        "claim": claim,
-        **extra,
+        "task": task, "mechanism": mechanism, "mechanism_version": 1, "params": {"level": level}, "seed": seed,
+        "profile": "smoke", "utility": {"acc": utility, "other": 0.0}, "primary_metric": "acc",
+        "attacks": {"face_reid": {}}, "privacy_score": privacy, "privacy_flags": {}, "claim": claim,
+        "synthetic": True, "dataset_fingerprint": "fp", "eval_split": "test",
+        "cell_key": f"{task}|{mechanism}|{level}|{seed}", "source": source, "run_id": f"run-{level}-{seed}", **extra,
     }
 
 
-CURVE = [(0.8, 0.3), (0.6, 0.6), (0.3, 0.95)]
+def entry(task, mechanism, shift=0.0, claim=None, source="local", name=None, spread=0.01):
+    """Rows and declaration of an entry: CURVE shifted in utility, seed s moved by (s - 1) * spread."""
+    rows = [row(task, mechanism, level, seed, u + shift + (seed - 1) * spread, p, claim=claim, source=source)
+            for level, (u, p) in enumerate(CURVE) for seed in SEEDS]
+    cells = {r["cell_key"]: DeclaredCell(task, canonical_params(r["params"]), r["seed"]) for r in rows}
+    return rows, Declaration(name or mechanism, source, mechanism, "suite", "smoke", SEEDS, cells)
 
 
-def curve_rows(task="bench_a", mechanism="dp_pix", shift=0.1, claim=None):
-    rows = []
-    for seed in (0, 1):
-        for u, p in CURVE:
-            rows.append(row(task, mechanism, u + shift * seed, p, seed=seed, claim=claim, run_id=f"r{seed}{u}"))
-    return rows
+def board_of(*entries):
+    rows = [r for rows, _ in entries for r in rows]
+    return build_leaderboard(pd.DataFrame(rows), [d for _, d in entries])
 
 
 def test_table_numbers_match_hand_computation():
     claim = {"epsilon": 2.0, "delta": 0.0, "unit": "m-pixel (m=1)"}
-    df = pd.DataFrame(curve_rows(claim=claim) + curve_rows(mechanism="blur", shift=0.0))
-    table = leaderboard_table(df)
+    leaderboard = board_of(entry("bench_a", "dp_pix", 0.1, claim), entry("bench_a", "blur", -0.2))
+    table = leaderboard_table(leaderboard)
     assert list(table.columns) == TABLE_COLUMNS
     top = table.iloc[0]
-    assert top["mechanism"] == "dp_pix" and top["rank"] == 1
-    seed0 = 0.8 * 0.3 + 0.6 * 0.3 + 0.3 * 0.35
-    seed1 = 0.9 * 0.3 + 0.7 * 0.3 + 0.4 * 0.35
-    assert top["hv_mean"] == pytest.approx((seed0 + seed1) / 2)
-    assert top["hv_std"] == pytest.approx(abs(seed1 - seed0) / math.sqrt(2))
-    assert (top["hv_min"], top["hv_max"]) == pytest.approx((seed0, seed1))
-    assert top["hv_pooled"] == pytest.approx(seed1)
-    assert top["best_utility_p50"] == pytest.approx(0.7)
-    assert top["best_utility_p90"] == pytest.approx(0.4)
-    assert top["claim_type"] == "m-pixel (m=1)"
-    assert (top["n_cells"], top["n_seeds"], top["profiles"], top["sources"]) == (6, 2, "smoke", "local")
+    assert top["entry"] == "dp_pix" and top["rank"] == 1 and not top["tied"]
+    per_seed = [hypervolume_2d([(u + 0.1 + (s - 1) * 0.01, p) for u, p in CURVE]) for s in SEEDS]
+    assert top["hv_mean"] == pytest.approx(sum(per_seed) / 3)
+    assert top["hv_std"] == pytest.approx(pd.Series(per_seed).std())
+    assert (top["hv_min"], top["hv_max"]) == pytest.approx((min(per_seed), max(per_seed)))
+    assert top["hv_low"] < top["hv_mean"] < top["hv_high"]
+    assert top["claim_type"] == "m-pixel (m=1)" and top["status"] == "ranked"
+    assert (top["cells"], top["runs"], top["seeds"], top["configurations"], top["flagged"]) == (9, 9, 3, 3, 0)
+    assert (top["profile"], top["data"], top["benchmark"]) == ("smoke", "synthetic data (fp)", "bench_a")
     blur = table.iloc[1]
     assert blur["rank"] == 2 and blur["claim_type"] == "empirical only"
-    assert blur["hv_std"] == pytest.approx(0.0)
 
 
-def test_table_ranks_per_benchmark_and_handles_missing_values():
-    rows = curve_rows("b1", "good") + curve_rows("b1", "bad", shift=-0.2) + curve_rows("b2", "bad")
-    rows += [row("b1", "no_attacks", 0.9, None), row("b1", "no_attacks", 0.8, float("nan"), seed=1)]
-    rows += [row("b1", "weak", 0.5, 0.4), row("b1", "weak", 0.6, 0.1)]
-    table = leaderboard_table(pd.DataFrame(rows))
-    b1 = table[table["benchmark"] == "b1"]
-    assert b1["mechanism"].tolist() == ["good", "bad", "weak", "no_attacks"]
-    assert b1["rank"].tolist()[:3] == [1, 2, 3] and pd.isna(b1["rank"].iloc[3])
-    missing = b1.iloc[3]
-    assert missing["claim_type"] == "none" and missing["n_cells"] == 2
-    assert math.isnan(missing["hv_mean"]) and math.isnan(missing["best_utility_p50"])
-    weak = b1.iloc[2]
-    assert math.isnan(weak["hv_std"]) and weak["n_seeds"] == 1
-    assert math.isnan(weak["best_utility_p50"]) and math.isnan(weak["best_utility_p90"])
-    assert table[table["benchmark"] == "b2"]["rank"].tolist() == [1]
-
-
-def test_table_ties_share_a_rank_and_values_are_clipped():
-    rows = [row("b", "x", 1.4, 1.0), row("b", "y", 1.0, 1.2), row("b", "z", -0.5, 0.9)]
-    table = leaderboard_table(pd.DataFrame(rows))
-    assert table["rank"].tolist() == [1, 1, 3]
-    assert table["hv_mean"].tolist() == pytest.approx([1.0, 1.0, 0.0])
-
-
-def test_table_accepts_json_strings_and_store_columns():
-    df = pd.DataFrame(
-        [
-            {
-                "task": "b",
-                "mechanism": "m",
-                "params": json.dumps({"k": 1}),
-                "seed": 3,
-                "profile": "quick",
-                "utility": json.dumps({"mAP": 0.5}),
-                "primary_metric": "mAP",
-                "privacy_score": 0.5,
-                "claim": json.dumps({"epsilon": 1, "delta": 1e-5, "unit": "latent (clipped)"}),
-                "source": "entry:team",
-            }
-        ]
-    )
+def test_cells_frame_reads_json_strings_ci_and_flags():
+    df = pd.DataFrame([{
+        "task": "b", "mechanism": "m", "params": json.dumps({"k": 1}), "seed": 3, "profile": "quick",
+        "utility": json.dumps({"mAP": 0.5, "mAP_ci95": 0.0392}), "primary_metric": "mAP", "privacy_score": None,
+        "attacks": json.dumps({"face_reid": {}}), "privacy_flags": {"face_reid": "attack too weak"},
+        "claim": json.dumps({"epsilon": 1, "delta": 1e-5, "unit": "latent (clipped)"}), "source": "entry:team",
+    }])
     cells = cells_frame(df)
-    assert cells.loc[0, "utility"] == 0.5 and cells.loc[0, "params_label"] == "k=1"
-    assert cells.loc[0, "claim_label"] == "eps=1, delta=1e-05 [latent (clipped)]"
-    table = leaderboard_table(df)
-    assert table.loc[0, "hv_pooled"] == pytest.approx(0.25)
-    assert table.loc[0, "claim_type"] == "latent (clipped)" and table.loc[0, "sources"] == "entry:team"
+    c = cells.iloc[0]
+    assert c["utility"] == 0.5 and c["utility_se"] == pytest.approx(0.02) and c["params_label"] == "k=1"
+    assert math.isnan(c["privacy"]) and c["flag"] == "attack too weak" and "face_reid" in c["flag_detail"]
+    assert c["claim_label"] == "eps=1, delta=1e-05 [latent (clipped)]" and c["split"] == "test"
+    none = cells_frame(df.assign(attacks=json.dumps({})))
+    assert none.iloc[0]["flag"] == "no adversary"
 
 
 def test_empty_results():
-    assert list(leaderboard_table(pd.DataFrame()).columns) == TABLE_COLUMNS
-    assert render_terminal(leaderboard_table(pd.DataFrame())) == "No results yet.\n"
+    empty = build_leaderboard(pd.DataFrame(), [])
+    assert list(leaderboard_table(empty).columns) == TABLE_COLUMNS
+    assert render_terminal(empty).startswith("No declared entries yet")
+    assert render_exploration(empty).startswith("No exploration cells")
+    assert "No declared entries yet." in render_markdown(empty)
 
 
 def test_script_json_cannot_close_the_script_element():
@@ -148,9 +123,12 @@ def test_slugs_differ_for_names_that_normalise_alike():
 
 
 def test_text_escapers():
-    md = markdown_escape("<b>x</b> | *y* [z](http://e) `c`\nnext")
-    assert "<" not in md and "\n" not in md and "\\|" in md and "\\*y\\*" in md and "\\[z\\]" in md
+    md = markdown_escape("<b>x</b> | *y* [z](http://e) `c`\nnext\x1b[2J")
+    assert "<" not in md and "\n" not in md and "\x1b" not in md and "\\|" in md and "\\*y\\*" in md
+    assert "\\[z\\]" in md and "\\u000a" in md
     assert csv_safe("=1+1") == "'=1+1" and csv_safe("-2") == "'-2" and csv_safe("dp_pix") == "dp_pix"
+    assert csv_safe("\t=1") == "\\u0009=1" and csv_safe("a\x1b[31mb\r\n") == "a\\u001b[31mb\\u000d\\u000a"
+    assert printable("ok\x9b\u2028") == "ok\\u009b\\u2028"
     assert terminal_safe("\x1b[31mred\nx") == "\\u001b[31mred\\u000ax"
     assert terminal_safe("abcdef", 4) == "abc…"
 
@@ -170,17 +148,22 @@ class _Links(HTMLParser):
                 self.targets.append(attrs[key])
 
 
-def nasty_results():
-    rows = []
+def nasty_leaderboard():
+    rows, declarations = [], []
     for i, name in enumerate(NASTY + ["plain"]):
         claim = {"epsilon": 1.0 + i, "delta": 0.0, "unit": f"<i>{name}</i>"} if i % 2 else None
+        cells = {}
         for task in ("bench <one>", "bench $two$"):
-            for seed in (0, 1):
-                r = row(task, name, 0.5 + 0.05 * i, 0.9 - 0.1 * i, seed=seed, claim=claim,
-                        source=f"entry:{name}", run_id=f"<run>{i}")
-                r["params"] = {"k": name, "</script>": [1, 2]}
-                rows.append(r)
-    return pd.DataFrame(rows)
+            task_rows, declaration = entry(task, name, shift=-0.05 * i, claim=claim, source=f"entry:{name}")
+            for r in task_rows:
+                r["params"] = {"k": name, "</script>": [1, 2], "level": r["params"]["level"]}
+                r["run_id"] = f"<run>{i}"
+            rows += task_rows
+            cells.update(declaration.cells)
+        declarations.append(dataclasses.replace(declaration, cells=cells))
+    rows += [row("bench <one>", NASTY[1], 9, 0, 0.99, None, run_id="<x>\x1b", eval_split="val"),
+             row("bench <one>", "ad hoc \x1b[2J", 9, 0, 0.99, 0.99)]
+    return build_leaderboard(pd.DataFrame(rows), declarations)
 
 
 @pytest.fixture(scope="module")
@@ -188,19 +171,20 @@ def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("site")
     sheet = root.parent / "sheet.png"
     sheet.write_bytes(b"\x89PNG\r\n\x1a\n fake")
-    df = nasty_results()
+    leaderboard = nasty_leaderboard()
     with pytest.warns(UserWarning, match="not found"):
-        index = build_site(df, root, sheets={XSS: sheet, "plain": root.parent / "missing.png"})
-    return {"root": root, "index": index, "df": df}
+        index = build_site(leaderboard, root, sheets={XSS: sheet, "plain": root.parent / "missing.png"})
+    return {"root": root, "index": index, "leaderboard": leaderboard}
 
 
 def test_site_layout(site):
     root = site["root"]
     assert site["index"] == root / "index.html"
-    assert len(list((root / "benchmarks").glob("*.html"))) == 2
+    assert len(list((root / "boards").glob("*.html"))) == 2
     assert len(list((root / "plots").glob("*.png"))) == 2
-    assert len(list((root / "mechanisms").glob("*.html"))) == len(NASTY) + 1
+    assert len(list((root / "mechanisms").glob("*.html"))) == len(NASTY) + 2
     assert len(list((root / "sheets").glob("*.png"))) == 1
+    assert (root / "exploration.html").is_file() and (root / "exploration.csv").is_file()
     for path in root.rglob("*"):
         assert re.fullmatch(r"[a-z0-9.-]+", path.name), path
     for png in (root / "plots").glob("*.png"):
@@ -219,49 +203,72 @@ def test_every_link_resolves_and_no_name_reaches_markup(site):
             assert (page.parent / target).resolve().is_file(), f"{page.name}: broken link {target}"
         for name in NASTY[:2]:
             assert name not in html, f"{page.name} contains a raw hostile name"
-        assert "<i>" not in html and "<run>" not in html and "\x1b" not in html
+        assert "<i>" not in html and "<run>" not in html and "<x>" not in html and "\x1b" not in html
         assert html.count("</script>") == parser.scripts
+        assert "Content-Security-Policy" in html and "script-src 'self'" in html
 
 
-def test_pages_show_escaped_names(site):
+def test_pages_show_board_identity_and_escaped_names(site):
     root = site["root"]
     index = (root / "index.html").read_text(encoding="utf-8")
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in index
     assert "&#34;&gt;&lt;img src=x onerror=alert(2)&gt;" in index
+    assert index.count("profile smoke · synthetic data (fp)") == 2 and "2 cells outside declared entries" in index
+    for page in (root / "boards").glob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        assert '<dd class="profile">smoke</dd>' in html and '<dd class="data">synthetic data (fp)</dd>' in html
+        assert '<dd class="settings">attacks: face_reid; settings: defaults</dd>' in html
     mech = next(p for p in (root / "mechanisms").glob("script-alert-1-script-*.html"))
     text = mech.read_text(encoding="utf-8")
     assert "<h1>&lt;script&gt;alert(1)&lt;/script&gt;</h1>" in text
     assert 'src="../sheets/' in text
+    exploration = (root / "exploration.html").read_text(encoding="utf-8")
+    assert "tuning cell (validation split)" in exploration and "not a declared configuration" in exploration
+    assert "ad hoc \\u001b[2J" in exploration and 'class="flag">attack too weak</td>' in exploration
 
 
 def test_embedded_json_round_trips(site):
-    for page in (site["root"] / "benchmarks").glob("*.html"):
+    for page in (site["root"] / "boards").glob("*.html"):
         html = page.read_text(encoding="utf-8")
         payload = re.search(r'<script type="application/json" id="board-data">(.*?)</script>', html, re.S)
         data = json.loads(payload.group(1))
-        assert {r["mechanism"] for r in data["rows"]} == set(NASTY + ["plain"])
+        assert {r["entry"] for r in data["rows"]} == set(NASTY + ["plain"])
+        assert data["board"]["profile"] == "smoke"
 
 
-def test_exports(site):
+def test_exports_hold_no_raw_names_or_control_bytes(site):
     root = site["root"]
-    csv = pd.read_csv(root / "leaderboard.csv", keep_default_na=False)
-    assert len(csv) == 2 * (len(NASTY) + 1)
-    assert "'=cmd|' /C calc'!A0" in set(csv["mechanism"])
-    assert not any(str(v).startswith(("=", "+", "@")) for v in csv.to_numpy().ravel() if isinstance(v, str))
+    for name in ("leaderboard.csv", "exploration.csv", "leaderboard.md"):
+        raw = (root / name).read_text(encoding="utf-8")
+        assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", raw), name
+    table = pd.read_csv(root / "leaderboard.csv", keep_default_na=False)
+    assert len(table) == 2 * (len(NASTY) + 1)
+    assert "'=cmd|' /C calc'!A0" in set(table["entry"]) and "\\u001b[31mred\\u001b[0m" in set(table["entry"])
+    assert not any(str(v).startswith(("=", "+", "@")) for v in table.to_numpy().ravel() if isinstance(v, str))
+    explore = pd.read_csv(root / "exploration.csv", keep_default_na=False)
+    assert set(explore["run_id"]) == {"<x>\\u001b", "run-9-0"}
     md = (root / "leaderboard.md").read_text(encoding="utf-8")
     assert "<script>" not in md and "<img" not in md and "&lt;script&gt;" in md
-    assert md.count("## ") == 2
+    assert md.count("\n## ") == 2
     for line in md.splitlines():
         if line.startswith("| ") and "Rank" not in line:
-            assert len(re.findall(r"(?<!\\)\|", line)) == 13, line
+            assert len(re.findall(r"(?<!\\)\|", line)) == 12, line
 
 
-def test_markdown_and_terminal_render_the_table():
-    table = leaderboard_table(pd.DataFrame(curve_rows() + curve_rows(mechanism="\x1b[2Jevil", shift=-0.1)))
-    md = render_markdown(table)
-    assert "| 1 | dp\\_pix |" in md
-    text = render_terminal(table)
+def test_write_csv_escapes_every_text_cell():
+    out = io.StringIO()
+    write_csv(pd.DataFrame({"name": ["=x", "a\x1bb", "ok"], "value": [1.0, 2.0, float("nan")]}), out)
+    rows = list(csv.reader(io.StringIO(out.getvalue())))
+    assert rows == [["name", "value"], ["'=x", "1"], ["a\\u001bb", "2"], ["ok", ""]]
+
+
+def test_terminal_shows_ties_flags_and_escaped_names():
+    leaderboard = board_of(entry("bench_a", "dp_pix"), entry("bench_a", "\x1b[2Jevil", shift=-0.002, spread=-0.01))
+    text = render_terminal(leaderboard)
     assert "\x1b" not in text and "\\u001b[2Jevil" in text
     lines = text.splitlines()
-    assert lines[0].startswith("bench_a") and "HV mean" in lines[1]
-    assert lines[2].split()[:2] == ["1", "dp_pix"]
+    assert lines[0].startswith("bench_a · profile smoke · synthetic data (fp)") and "HV mean" in lines[1]
+    assert lines[2].split()[:3] == ["1", "(tied)", "dp_pix"]
+    assert lines[3].split()[:2] == ["1", "(tied)"]
+    assert "tied: dp_pix is not separated from \\u001b[2Jevil" in text
+    assert exploration_table(leaderboard).empty

@@ -162,3 +162,26 @@ def test_bad_input():
         hypervolume_2d([(1, 2, 3)])
     with pytest.raises(ValueError):
         hypervolume_2d([(1, 2)], reference=(0, float("nan")))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(point_sets(elements=fine, max_size=10).filter(bool), min_size=1, max_size=6), st.integers(1, 10))
+def test_batch_hypervolume_matches_one_at_a_time(sets, width):
+    from leaderboard.pareto import hypervolume_2d_batch
+
+    batch = np.full((len(sets), width, 2), np.nan)
+    for i, points in enumerate(sets):
+        points = points[:width]
+        batch[i, : len(points)] = points
+        sets[i] = points
+    got = hypervolume_2d_batch(batch)
+    assert got == pytest.approx([hypervolume_2d(p) for p in sets], rel=1e-9, abs=1e-9)
+
+
+def test_batch_hypervolume_shapes():
+    from leaderboard.pareto import hypervolume_2d_batch
+
+    assert hypervolume_2d_batch(np.empty((3, 0, 2))).tolist() == [0.0, 0.0, 0.0]
+    assert hypervolume_2d_batch([[(0.5, 0.4), (0.2, 0.9)]]) == pytest.approx([0.5 * 0.4 + 0.2 * 0.5])
+    with pytest.raises(ValueError):
+        hypervolume_2d_batch([(0.5, 0.4)])

@@ -1,0 +1,275 @@
+"""Boards: declared entries ranked like for like; everything else to the exploration view.
+
+The rules are docs/protocol.md's. In short: rows are split by :class:`BoardKey`; a row
+counts on a board only as a cell of a declared entry (matched by cell key) on the test
+split; re-runs of one cell are averaged; an entry's score is the mean over its declared,
+complete seeds of the hypervolume of that seed's frontier; entries are ranked by paired
+comparisons over common seeds and share a rank unless separated at 95%.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from leaderboard.cells import average_reruns, cells_frame
+from leaderboard.declare import Declaration, DeclaredCell
+from leaderboard.pareto import hypervolume_2d
+from leaderboard.protocol import MIN_SEEDS, TEST_SPLIT, BoardKey
+from leaderboard.stats import (
+    Comparison,
+    Estimate,
+    competition_ranks,
+    hypervolume_noise,
+    mean_estimate,
+    paired_comparison,
+    stable_seed,
+)
+
+__all__ = ["Board", "Leaderboard", "Standing", "build_leaderboard", "RANKED", "TUNING", "UNDECLARED"]
+
+RANKED = "ranked"
+TUNING = "tuning cell (validation split)"
+UNDECLARED = "not a declared configuration"
+NOT_IN_ENTRY = "not declared by its entry"
+NO_CLAIM = "none"
+EMPIRICAL_ONLY = "empirical only"
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One declared entry on one board.
+
+    Attributes:
+        name: The entry's name.
+        source: ``local`` or ``entry:<name>``.
+        mechanism: Registered mechanism name.
+        suite: The suite its configurations come from.
+        claim_type: Claim unit(s), ``empirical only`` or ``none``.
+        configurations: Configurations it declares on this benchmark.
+        declared_seeds: Its declared seeds.
+        complete_seeds: Declared seeds with every configuration present on this board.
+        hypervolumes: Seed -> hypervolume of that seed's frontier (complete seeds).
+        estimate: Mean over complete seeds with interval and spread (None without any).
+        cells: Averaged cells present.
+        runs: Runs averaged into them.
+        flagged: Cells whose privacy score is undefined (never frontier points).
+        status: ``ranked``, or why not.
+        rank: Competition rank (ranked entries only).
+        tied: Whether another ranked entry has the same rank (shown as ``tied``).
+        tied_with: Ranked entries it is not separated from.
+    """
+
+    name: str
+    source: str
+    mechanism: str
+    suite: str
+    claim_type: str
+    configurations: int
+    declared_seeds: tuple[int, ...]
+    complete_seeds: tuple[int, ...]
+    hypervolumes: Mapping[int, float]
+    estimate: Estimate | None
+    cells: int
+    runs: int
+    flagged: int
+    status: str
+    rank: int | None = None
+    tied: bool = False
+    tied_with: tuple[str, ...] = ()
+
+    @property
+    def ranked(self) -> bool:
+        """Whether the entry is ranked."""
+        return self.status == RANKED
+
+
+@dataclass(frozen=True)
+class Board:
+    """One benchmark under one profile, dataset and settings, with its declared entries.
+
+    Attributes:
+        key: What defines the board.
+        standings: Ranked entries by rank (then mean, then name), then unranked ones by name.
+        cells: The entries' averaged cells (``entry`` names the entry; a cell in two
+            entries appears twice).
+        comparisons: (entry, entry) -> paired comparison (first minus second), for ranked pairs.
+    """
+
+    key: BoardKey
+    standings: tuple[Standing, ...]
+    cells: pd.DataFrame
+    comparisons: Mapping[tuple[str, str], Comparison] = field(default_factory=dict)
+
+    def standing(self, name: str) -> Standing:
+        """Returns the standing of an entry by name.
+
+        Raises:
+            KeyError: No such entry on this board.
+        """
+        for standing in self.standings:
+            if standing.name == name:
+                return standing
+        raise KeyError(name)
+
+
+@dataclass
+class Leaderboard:
+    """Every board, plus the cells that are browsable but never ranked.
+
+    Attributes:
+        boards: Boards ordered by benchmark, profile, data and settings.
+        exploration: Rows of :func:`~leaderboard.cells.cells_frame` not on any board,
+            with ``reason``.
+    """
+
+    boards: list[Board]
+    exploration: pd.DataFrame
+
+
+def build_leaderboard(rows: pd.DataFrame, declarations: Sequence[Declaration]) -> Leaderboard:
+    """Applies the protocol: declared cells onto boards, ranked; the rest to exploration.
+
+    Args:
+        rows: Result rows (see :func:`~leaderboard.cells.cells_frame`) with ``source``
+            (``local`` or ``entry:<name>``) and ``run_id``.
+        declarations: The declared entries (suites' and entry files').
+
+    Returns:
+        The leaderboard.
+    """
+    cells = cells_frame(rows)
+    declarations = _unique_names(declarations)
+    claims: dict[tuple[str, str], list[tuple[Declaration, DeclaredCell]]] = {}
+    for declaration in declarations:
+        for key, place in declaration.cells.items():
+            claims.setdefault((declaration.source, key), []).append((declaration, place))
+    declared, reasons = [], []
+    for _, cell in cells.iterrows():
+        found = claims.get((cell["source"], cell["cell_key"]), [])
+        if cell["split"] != TEST_SPLIT:
+            reasons.append(TUNING)
+        elif not found:
+            reasons.append(NOT_IN_ENTRY if cell["source"].startswith("entry:") else UNDECLARED)
+        else:
+            reasons.append("")
+            # The declaration says where the cell sits (its configuration and seed).
+            declared += [{**cell.to_dict(), "entry": d.name, "configuration": place.configuration, "seed": place.seed}
+                         for d, place in found]
+    exploration = cells.assign(reason=reasons)
+    exploration = exploration[exploration["reason"] != ""].reset_index(drop=True)
+    by_name = {d.name: d for d in declarations}
+    boards = []
+    if declared:
+        frame = pd.DataFrame(declared)
+        averaged = average_reruns(frame, by=("entry", "board", "cell_key"))
+        for _, board_cells in averaged.groupby("board", sort=False):
+            boards.append(_board(board_cells.reset_index(drop=True), by_name))
+    boards.sort(key=lambda b: (b.key.benchmark, b.key.profile, not b.key.synthetic, b.key.settings,
+                               b.key.dataset_fingerprint))
+    return Leaderboard(boards, exploration)
+
+
+def _unique_names(declarations: Sequence[Declaration]) -> list[Declaration]:
+    """Returns the declarations with distinct names: a repeated name gets its source, then a number."""
+    out: list[Declaration] = []
+    taken: set[str] = set()
+    counts: dict[str, int] = {}
+    for d in declarations:
+        counts[d.name] = counts.get(d.name, 0) + 1
+    for d in declarations:
+        name = d.name if counts[d.name] == 1 else f"{d.name} [{d.source}]"
+        candidate, number = name, 2
+        while candidate in taken:
+            candidate, number = f"{name} #{number}", number + 1
+        taken.add(candidate)
+        out.append(d if candidate == d.name else dataclasses.replace(d, name=candidate))
+    return out
+
+
+def _board(cells: pd.DataFrame, declarations: Mapping[str, Declaration]) -> Board:
+    key: BoardKey = cells["board_key"].iloc[0]
+    standings, noise = [], {}
+    for name, entry_cells in cells.groupby("entry", sort=True):
+        standing, seed_noise = _standing(key, declarations[name], entry_cells)
+        standings.append(standing)
+        noise[name] = seed_noise
+    ranked = sorted((s for s in standings if s.ranked), key=lambda s: (-s.estimate.mean, s.name))
+    comparisons = _comparisons(key, ranked, noise)
+    ranks = competition_ranks([s.estimate.mean for s in ranked],
+                              lambda i, j: comparisons[(ranked[i].name, ranked[j].name)].separated)
+    final = []
+    for i, (standing, rank) in enumerate(zip(ranked, ranks)):
+        tied_with = tuple(other.name for j, other in enumerate(ranked)
+                          if j != i and not comparisons[(standing.name, other.name)].separated)
+        final.append(dataclasses.replace(standing, rank=rank, tied=ranks.count(rank) > 1, tied_with=tied_with))
+    final.sort(key=lambda s: (s.rank, -s.estimate.mean, s.name))
+    final += sorted((s for s in standings if not s.ranked), key=lambda s: s.name)
+    return Board(key, tuple(final), cells, comparisons)
+
+
+def _standing(key: BoardKey, declaration: Declaration, cells: pd.DataFrame) -> tuple[Standing, dict]:
+    configurations = set(declaration.configurations(key.benchmark))
+    hypervolumes: dict[int, float] = {}
+    seed_noise: dict[int, np.ndarray | None] = {}
+    for seed in declaration.seeds:
+        seed_cells = cells[cells["seed"] == seed]
+        if set(seed_cells["configuration"]) != configurations:
+            continue
+        points = seed_cells[["utility", "privacy"]].to_numpy(dtype=float)
+        errors = np.stack([seed_cells["utility_se"].to_numpy(dtype=float), np.zeros(len(seed_cells))], axis=1)
+        usable = np.isfinite(points).all(axis=1)
+        points, errors = np.clip(points[usable], 0.0, 1.0), errors[usable]
+        hypervolumes[seed] = hypervolume_2d(points) if len(points) else 0.0
+        rng = np.random.default_rng(stable_seed("noise", key.id, declaration.name, seed))
+        seed_noise[seed] = hypervolume_noise(points, errors, rng)
+    complete = tuple(sorted(hypervolumes))
+    flagged = int(cells["privacy"].isna().sum())
+    status = declaration.problem() or _data_problem(complete, flagged, len(cells))
+    estimate = None
+    if complete:
+        estimate = mean_estimate([hypervolumes[s] for s in complete], [seed_noise[s] for s in complete],
+                                 seed=stable_seed("estimate", key.id, declaration.name))
+    standing = Standing(
+        name=declaration.name, source=declaration.source, mechanism=declaration.mechanism, suite=declaration.suite,
+        claim_type=_claim_type(cells), configurations=len(configurations), declared_seeds=tuple(declaration.seeds),
+        complete_seeds=complete, hypervolumes=hypervolumes, estimate=estimate, cells=len(cells),
+        runs=int(cells["runs"].sum()), flagged=flagged, status=status,
+    )
+    return standing, seed_noise
+
+
+def _data_problem(complete: tuple[int, ...], flagged: int, cells: int) -> str:
+    if len(complete) < MIN_SEEDS:
+        return f"needs ≥ {MIN_SEEDS} seeds ({len(complete)} complete)"
+    if flagged == cells:
+        return "attack too weak on every cell"
+    return RANKED
+
+
+def _comparisons(key: BoardKey, ranked: list[Standing], noise: Mapping[str, dict]) -> dict[tuple[str, str], Comparison]:
+    out: dict[tuple[str, str], Comparison] = {}
+    for i, first in enumerate(ranked):
+        for second in ranked[i + 1:]:
+            a, b = sorted((first, second), key=lambda s: s.name)
+            common = sorted(set(a.complete_seeds) & set(b.complete_seeds))
+            comparison = paired_comparison(
+                [a.hypervolumes[s] for s in common], [b.hypervolumes[s] for s in common],
+                [noise[a.name][s] for s in common], [noise[b.name][s] for s in common],
+                seed=stable_seed("compare", key.id, a.name, b.name),
+            )
+            out[(a.name, b.name)] = comparison
+            out[(b.name, a.name)] = comparison.flipped()
+    return out
+
+
+def _claim_type(cells: pd.DataFrame) -> str:
+    claimed = cells[cells["epsilon"].notna()]
+    units = sorted({unit or "unnamed unit" for unit in claimed["unit"]})
+    if units:
+        return "; ".join(units)
+    return EMPIRICAL_ONLY if cells["privacy"].notna().any() else NO_CLAIM

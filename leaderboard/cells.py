@@ -1,0 +1,224 @@
+"""Result rows as flat leaderboard cells: axes, flags, claim, board key; re-runs averaged."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.scores import TOO_WEAK
+from leaderboard.protocol import BoardKey, canonical_params, canonical_settings
+
+__all__ = [
+    "CELL_COLUMNS",
+    "NO_ADVERSARY",
+    "average_reruns",
+    "cells_frame",
+    "claim_label",
+    "params_label",
+]
+
+NO_ADVERSARY = "no adversary"
+"""The flag of a cell that ran no attack (its privacy is not measured)."""
+
+CELL_COLUMNS = [
+    "board",
+    "board_key",
+    "benchmark",
+    "profile",
+    "synthetic",
+    "dataset_fingerprint",
+    "settings",
+    "mechanism",
+    "mechanism_version",
+    "params",
+    "params_label",
+    "configuration",
+    "seed",
+    "split",
+    "metric",
+    "utility",
+    "utility_se",
+    "privacy",
+    "flag",
+    "flag_detail",
+    "epsilon",
+    "delta",
+    "unit",
+    "claim_label",
+    "source",
+    "run_id",
+    "cell_key",
+]
+
+
+def _mapping(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return None
+        return parsed if isinstance(parsed, dict) else None
+    return None
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _text(value: Any, default: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return default
+    return str(value)
+
+
+def params_label(params: Any) -> str:
+    """Formats mechanism parameters as ``k=v, k=v`` in key order.
+
+    Args:
+        params: A dict, a JSON object string, or anything else (shown as text).
+    """
+    mapping = _mapping(params)
+    if mapping is None:
+        return _text(params)
+    parts = []
+    for key in sorted(mapping, key=str):
+        value = mapping[key]
+        if not (value is None or isinstance(value, (str, int, float, bool))):
+            value = json.dumps(value, sort_keys=True, default=str)
+        parts.append(f"{key}={value}")
+    return ", ".join(parts)
+
+
+def claim_label(epsilon: float, delta: float, unit: str) -> str:
+    """Formats a formal claim as ``eps=3 [unit]`` (with delta when it is not zero)."""
+    if math.isnan(epsilon):
+        return ""
+    delta_part = f", delta={delta:g}" if delta and not math.isnan(delta) else ""
+    return f"eps={epsilon:g}{delta_part} [{unit}]" if unit else f"eps={epsilon:g}{delta_part}"
+
+
+def _utility(row: pd.Series) -> tuple[str, float, float]:
+    metric = _text(row.get("primary_metric"))
+    utility = _mapping(row.get("utility"))
+    if utility is None:
+        return metric, _number(row.get("utility")), math.nan
+    half_width = _number(utility.get(f"{metric}_ci95"))
+    return metric, _number(utility.get(metric)), half_width / 1.96 if half_width > 0 else math.nan
+
+
+def _privacy(row: pd.Series) -> tuple[float, str, str]:
+    """Returns (privacy score or NaN, flag, detail of flagged attack targets)."""
+    score = _number(row.get("privacy_score"))
+    flags = _mapping(row.get("privacy_flags")) or {}
+    detail = "; ".join(f"{target}: {why}" for target, why in sorted(flags.items()))
+    if math.isfinite(score):
+        return score, "", detail
+    attacks = _mapping(row.get("attacks"))
+    return math.nan, (NO_ADVERSARY if attacks is not None and not attacks else TOO_WEAK), detail
+
+
+def _board(row: pd.Series) -> BoardKey:
+    attacks = _mapping(row.get("attacks")) or {}
+    overrides = _mapping(row.get("overrides")) or {}
+    synthetic = row.get("synthetic")
+    return BoardKey(
+        benchmark=_text(row.get("task")),
+        profile=_text(row.get("profile")),
+        synthetic=bool(synthetic) if synthetic is not None and synthetic == synthetic else True,
+        dataset_fingerprint=_text(row.get("dataset_fingerprint")),
+        settings=canonical_settings(overrides, attacks),
+    )
+
+
+def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Normalises result rows into one flat row per run.
+
+    Args:
+        df: Rows of ``Result.to_dict()``, optionally with ``source``, ``run_id`` and
+            ``overrides`` (the cell's ``--set`` sections); dicts may be JSON strings.
+
+    Returns:
+        A frame with :data:`CELL_COLUMNS`: ``utility`` is the primary metric and
+        ``utility_se`` its standard error from the logged 95% CI (NaN without one);
+        ``privacy`` is the privacy score, NaN when undefined, in which case ``flag``
+        says why (``attack too weak`` or ``no adversary``); ``board`` is the id of the
+        cell's :class:`~leaderboard.protocol.BoardKey` (``board_key``).
+
+    Raises:
+        ValueError: Rows are given without a ``task`` or ``mechanism`` column.
+    """
+    if len(df) == 0:
+        return pd.DataFrame(columns=CELL_COLUMNS)
+    missing = {"task", "mechanism"} - set(df.columns)
+    if missing:
+        raise ValueError(f"results lack column(s) {sorted(missing)}")
+    rows = []
+    for _, row in df.iterrows():
+        metric, utility, utility_se = _utility(row)
+        privacy, flag, detail = _privacy(row)
+        claim = _mapping(row.get("claim")) or {}
+        epsilon = _number(claim.get("epsilon")) if claim else math.nan
+        delta = _number(claim.get("delta", 0.0)) if claim else math.nan
+        unit = _text(claim.get("unit")) if claim else ""
+        params = _mapping(row.get("params")) or {}
+        key = _board(row)
+        rows.append({
+            "board": key.id, "board_key": key, "benchmark": key.benchmark, "profile": key.profile,
+            "synthetic": key.synthetic, "dataset_fingerprint": key.dataset_fingerprint, "settings": key.settings,
+            "mechanism": _text(row["mechanism"]), "mechanism_version": _number(row.get("mechanism_version")),
+            "params": params, "params_label": params_label(params), "configuration": canonical_params(params),
+            "seed": _number(row.get("seed")), "split": _text(row.get("eval_split"), "test"),
+            "metric": metric, "utility": utility, "utility_se": utility_se, "privacy": privacy,
+            "flag": flag, "flag_detail": detail, "epsilon": epsilon, "delta": delta, "unit": unit,
+            "claim_label": claim_label(epsilon, delta, unit), "source": _text(row.get("source"), "local"),
+            "run_id": _text(row.get("run_id")), "cell_key": _text(row.get("cell_key")),
+        })
+    return pd.DataFrame(rows, columns=CELL_COLUMNS)
+
+
+def average_reruns(cells: pd.DataFrame, by: tuple[str, ...] = ("board", "cell_key")) -> pd.DataFrame:
+    """Averages the runs of each cell (one board, one cell key) into one row.
+
+    Re-runs of a configuration with one seed are repeated measurements of one point, never
+    extra points. Utility is their mean, with standard error ``sqrt(sum se^2) / m``;
+    privacy is the mean of the defined scores; a cell whose every run is flagged stays
+    flagged, and one flagged in some runs says so in ``flag_detail``.
+
+    Args:
+        cells: Rows of :func:`cells_frame`.
+        by: The columns that name one cell (add ``entry`` when a cell is in several entries).
+
+    Returns:
+        The same columns, one row per group of ``by``, plus ``runs`` (how many were
+        averaged); ``run_id`` lists the averaged runs.
+    """
+    if len(cells) == 0:
+        return cells.assign(runs=pd.Series(dtype=int))
+    out = []
+    for _, group in cells.groupby(list(by), sort=False):
+        first = group.iloc[0].to_dict()
+        runs = len(group)
+        defined = group["privacy"].dropna()
+        errors = group["utility_se"].to_numpy(dtype=float)
+        first.update({
+            "utility": float(group["utility"].mean()),
+            "utility_se": float(math.sqrt(np.sum(errors**2)) / runs) if np.all(np.isfinite(errors)) else math.nan,
+            "privacy": float(defined.mean()) if len(defined) else math.nan,
+            "flag": "" if len(defined) else first["flag"],
+            "run_id": ", ".join(dict.fromkeys(r for r in group["run_id"] if r)),
+            "runs": runs,
+        })
+        if 0 < len(defined) < runs:
+            note = f"{TOO_WEAK} in {runs - len(defined)} of {runs} runs"
+            first["flag_detail"] = "; ".join(x for x in (note, first["flag_detail"]) if x)
+        out.append(first)
+    return pd.DataFrame(out, columns=[*cells.columns, "runs"])

@@ -1,0 +1,206 @@
+"""Declared entries: the fixed sets of configurations that a board ranks.
+
+An entry is declared either by a suite (every configuration a suite YAML lists for one
+mechanism, on its benchmarks and seeds: ``bench grid --suite NAME`` computes exactly these
+cells) or by an entry file that ``bench submit`` wrote. A declaration names its cells by
+cell key, so a cell counts wherever it was computed (``bench run``, a grid, another
+machine), and nothing else does: other parameters, other seeds, other settings or tuning
+cells are different cell keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from bench.errors import BenchError
+from leaderboard.protocol import K_MAX, MIN_SEEDS, canonical_params
+
+if TYPE_CHECKING:
+    from bench.grid import Cell, Suite
+
+__all__ = [
+    "DeclaredCell",
+    "Declaration",
+    "SuiteProblem",
+    "declaration_block",
+    "declaration_from_entry",
+    "declarations_from_suite",
+    "suite_declarations",
+]
+
+LOCAL = "local"
+
+
+@dataclass(frozen=True)
+class DeclaredCell:
+    """Where a declared cell sits in its entry.
+
+    Attributes:
+        benchmark: Registered task name.
+        configuration: Canonical parameters (:func:`~leaderboard.protocol.canonical_params`).
+        seed: Seed.
+    """
+
+    benchmark: str
+    configuration: str
+    seed: int
+
+
+@dataclass(frozen=True, eq=False)
+class Declaration:
+    """A declared entry.
+
+    Attributes:
+        name: The entry's name on boards.
+        source: The rows it may claim: ``local`` (MLflow runs) or ``entry:<name>``.
+        mechanism: Registered mechanism name.
+        suite: The suite the configurations come from.
+        profile: The profile of every cell.
+        seeds: The declared seeds (only these count).
+        cells: Cell key -> its place (benchmark, configuration, seed).
+    """
+
+    name: str
+    source: str
+    mechanism: str
+    suite: str
+    profile: str
+    seeds: tuple[int, ...]
+    cells: Mapping[str, DeclaredCell] = field(default_factory=dict)
+
+    def configurations(self, benchmark: str) -> list[str]:
+        """Returns the declared configurations on one benchmark, in a stable order."""
+        return sorted({c.configuration for c in self.cells.values() if c.benchmark == benchmark})
+
+    def problem(self) -> str | None:
+        """Returns why the declaration cannot be ranked whatever its results, or None."""
+        benchmarks = {c.benchmark for c in self.cells.values()}
+        most = max((len(self.configurations(b)) for b in benchmarks), default=0)
+        if most > K_MAX:
+            return f"declares {most} configurations (an entry has at most {K_MAX})"
+        if len(self.seeds) < MIN_SEEDS:
+            return f"needs ≥ {MIN_SEEDS} seeds (declares {len(self.seeds)})"
+        return None
+
+
+def declaration_block(suite: str, profile: str, seeds: Sequence[int], cells: Iterable["Cell"]) -> dict[str, Any]:
+    """Returns the ``declaration`` object of an entry file (written by ``bench submit``).
+
+    Args:
+        suite: The suite's name.
+        profile: Its profile.
+        seeds: Its seeds.
+        cells: The validated cells of the entry (from :func:`bench.grid.expand`).
+    """
+    listed = [{"cell_key": c.key, "benchmark": c.config.task, "seed": c.config.seed, "params": dict(c.config.params)}
+              for c in cells]
+    configurations = {canonical_params(c["params"]): c["params"] for c in listed}
+    return {
+        "suite": suite, "profile": profile, "seeds": list(seeds), "k_max": K_MAX,
+        "configurations": [configurations[k] for k in sorted(configurations)],
+        "cells": sorted(listed, key=lambda c: (c["benchmark"], c["seed"], canonical_params(c["params"]))),
+    }
+
+
+def declaration_from_entry(entry: Mapping[str, Any]) -> Declaration:
+    """Reads the declaration of an entry file.
+
+    Schema 2 files carry a ``declaration``; for schema 1 files it is inferred from the
+    suite block and the cells the file holds (they were the suite's cells).
+
+    Raises:
+        BenchError: A declaration without the cells it declares.
+    """
+    name = str(entry["name"])
+    suite = entry.get("suite") or {}
+    block = entry.get("declaration")
+    if block is None:
+        listed = [{"cell_key": c.get("cell_key"), "benchmark": c.get("task"), "seed": c.get("seed"),
+                   "params": c.get("params") or {}} for c in entry["cells"]]
+        block = {"suite": suite.get("name", ""), "profile": suite.get("profile"), "seeds": suite.get("seeds"),
+                 "cells": listed}
+    try:
+        cells = {str(c["cell_key"]): DeclaredCell(str(c["benchmark"]), canonical_params(c["params"]), int(c["seed"]))
+                 for c in block["cells"]}
+        seeds = tuple(int(s) for s in (block.get("seeds") or sorted({c.seed for c in cells.values()})))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BenchError(f"entry {name!r}: its declaration does not list cells as "
+                         f"{{cell_key, benchmark, seed, params}} ({exc})") from None
+    profiles = {str(c.get("profile")) for c in entry["cells"]}
+    profile = str(block.get("profile") or (profiles.pop() if len(profiles) == 1 else ""))
+    return Declaration(name=name, source=f"entry:{name}", mechanism=str(entry["mechanism"]),
+                       suite=str(block.get("suite") or ""), profile=profile, seeds=seeds, cells=cells)
+
+
+def declarations_from_suite(suite: "Suite", data_root: Path | None = None) -> list[Declaration]:
+    """Returns one local declaration per mechanism of a suite (every setting it lists for it).
+
+    Args:
+        suite: The suite.
+        data_root: Root of real datasets (planning a cell inspects its data).
+
+    Raises:
+        BenchError: The suite does not expand (unknown names, invalid values, missing data).
+    """
+    from bench.grid import Placement, expand
+
+    by_mechanism: dict[str, dict[str, DeclaredCell]] = {}
+    for cell in expand(suite, Placement(results_dir=Path("results"), data_root=data_root)):
+        cfg = cell.config
+        by_mechanism.setdefault(cfg.mechanism, {})[cell.key] = DeclaredCell(
+            cfg.task, canonical_params(cfg.params), cfg.seed)
+    return [
+        Declaration(name=f"{suite.name}/{mechanism}", source=LOCAL, mechanism=mechanism, suite=suite.name,
+                    profile=suite.profile, seeds=tuple(suite.seeds), cells=cells)
+        for mechanism, cells in by_mechanism.items()
+    ]
+
+
+@dataclass(frozen=True)
+class SuiteProblem:
+    """A shipped suite that declares nothing on this machine.
+
+    Attributes:
+        suite: Its name.
+        benchmarks: Its benchmarks (empty when the suite itself does not load).
+        message: Why (one line).
+    """
+
+    suite: str
+    benchmarks: tuple[str, ...]
+    message: str
+
+    def note(self) -> str:
+        """Returns the problem as one line for the user."""
+        return (f"suite {self.suite!r} declares no entry here, so its cells are in the exploration view: "
+                f"{self.message}")
+
+
+def suite_declarations(refs: Sequence[str | Path] | None = None,
+                       data_root: Path | None = None) -> tuple[list[Declaration], list[SuiteProblem]]:
+    """Returns the local declarations of suites, and the shipped suites that do not expand.
+
+    Args:
+        refs: Suite names or YAML paths; None means every suite shipped in bench/suites/.
+        data_root: Root of real datasets (planning a cell inspects its data).
+
+    Raises:
+        BenchError: A suite named explicitly in ``refs`` cannot be loaded or expanded.
+    """
+    from bench.grid import load_suite, suite_names
+
+    explicit = refs is not None
+    declarations: list[Declaration] = []
+    problems: list[SuiteProblem] = []
+    for ref in (refs if explicit else suite_names()):
+        suite = None
+        try:
+            suite = load_suite(ref)
+            declarations += declarations_from_suite(suite, data_root)
+        except BenchError as exc:
+            if explicit:
+                raise
+            problems.append(SuiteProblem(str(ref), tuple(suite.benchmarks) if suite else (), " ".join(str(exc).split())))
+    return declarations, problems

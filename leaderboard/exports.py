@@ -1,0 +1,172 @@
+"""Text exports of the leaderboard: Markdown, CSV and the terminal table, with their escapers.
+
+No user-provided string reaches an export raw: control characters (ESC, newlines, C1) are
+written as visible ``\\uXXXX`` escapes everywhere, Markdown metacharacters and HTML are
+escaped in Markdown, and spreadsheet formulas are neutralised in CSV.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from leaderboard.boards import Leaderboard
+from leaderboard.protocol import K_MAX, MIN_SEEDS
+from leaderboard.table import exploration_table, leaderboard_table, privacy_text, rank_label
+
+__all__ = [
+    "csv_safe",
+    "markdown_escape",
+    "printable",
+    "render_exploration",
+    "render_markdown",
+    "render_terminal",
+    "terminal_safe",
+    "write_csv",
+]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: Any) -> str:
+    """Writes control characters (C0 incl. ESC and newlines, DEL, C1, line separators) as ``\\uXXXX``."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", str(text))
+
+
+def markdown_escape(text: Any) -> str:
+    """Escapes a string for inline Markdown (table cells, headings); no raw HTML or control byte survives."""
+    text = printable(text)
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_\[\]#|~])", r"\\\1", text)
+
+
+def csv_safe(text: Any) -> str:
+    """Makes a string safe for a CSV cell: control characters escaped, formulas neutralised with ``'``."""
+    text = printable(text)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+
+
+def terminal_safe(text: Any, width: int | None = None) -> str:
+    """Replaces non-printable characters (ANSI escapes, newlines) by ``\\uXXXX`` and truncates."""
+    out = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in str(text))
+    if width is not None and len(out) > width:
+        out = out[: width - 1] + "…"
+    return out
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """Formats a number (``–`` for missing or NaN)."""
+    if value is None or value is pd.NA:
+        return "–"
+    value = float(value)
+    return "–" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def interval_text(low: Any, high: Any) -> str:
+    """Formats an interval as ``[0.120, 0.180]`` (``–`` when unknown)."""
+    if fmt(low) == "–":
+        return "–"
+    return f"[{fmt(low)}, {fmt(high)}]"
+
+
+def write_csv(table: pd.DataFrame, path: str | Path) -> None:
+    """Writes a table as CSV with every text cell passed through :func:`csv_safe`."""
+    safe = table.copy()
+    for column in safe.columns:
+        if not pd.api.types.is_numeric_dtype(safe[column]):
+            safe[column] = safe[column].map(lambda v: csv_safe(v) if isinstance(v, str) else v)
+    safe.columns = [csv_safe(c) for c in safe.columns]
+    safe.to_csv(path, index=False, float_format="%.6g")
+
+
+PROTOCOL_LINE = (f"Ranked by the mean over ≥ {MIN_SEEDS} seeds of each seed's frontier hypervolume over a declared "
+                 f"set of ≤ {K_MAX} configurations; entries share a rank unless a paired comparison over seeds "
+                 "separates them at 95% (docs/protocol.md).")
+
+_MD_HEADER = ("| Rank | Entry | Mechanism | Claim type | HV mean | 95% CI | Seed spread (sd; min–max) | Seeds "
+              "| Configurations | Flagged cells | Status |")
+
+
+def render_markdown(leaderboard: Leaderboard) -> str:
+    """Formats the boards as Markdown: one section per board, its identity in the heading."""
+    lines = ["# PrivBench leaderboard", "", PROTOCOL_LINE, ""]
+    table = leaderboard_table(leaderboard)
+    if table.empty:
+        return "\n".join(lines + ["No declared entries yet.", ""])
+    for board in leaderboard.boards:
+        key = board.key
+        rows = table[table["board"] == key.id]
+        lines += [f"## {markdown_escape(key.benchmark)} · profile {markdown_escape(key.profile)} · "
+                  f"{markdown_escape(key.data_label)}", "", f"Settings: {markdown_escape(rows['settings'].iloc[0])}", "",
+                  _MD_HEADER, "|" + "---|" * 11]
+        for standing, r in zip(board.standings, rows.itertuples(index=False)):
+            lines.append("| " + " | ".join([
+                markdown_escape(rank_label(standing)), markdown_escape(r.entry), markdown_escape(r.mechanism),
+                markdown_escape(r.claim_type), fmt(r.hv_mean), interval_text(r.hv_low, r.hv_high),
+                f"{fmt(r.hv_std)}; {fmt(r.hv_min)}–{fmt(r.hv_max)}", f"{r.seeds} of {len(standing.declared_seeds)}",
+                str(r.configurations), f"{r.flagged} (attack too weak)" if r.flagged else "0",
+                markdown_escape(r.status),
+            ]) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _columns(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v.rjust(w) if i in right else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+
+    return [line(headers), *map(line, rows)]
+
+
+def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
+    """Formats the boards as plain text: per board its identity, then its entries.
+
+    Args:
+        leaderboard: The leaderboard.
+        width: Longest shown name; longer ones are cut with "…".
+
+    Returns:
+        One block per board; control characters in names are shown escaped.
+    """
+    if not leaderboard.boards:
+        return "No declared entries yet (see 'bench leaderboard show --exploration' for other cells).\n"
+    headers = ["rank", "entry", "claim", "HV mean", "95% CI", "sd", "seeds", "configs", "flagged", "status"]
+    blocks = []
+    for board in leaderboard.boards:
+        rows = []
+        for s in board.standings:
+            e = s.estimate
+            rows.append([
+                rank_label(s), terminal_safe(s.name, width), terminal_safe(s.claim_type, width),
+                fmt(e.mean if e else None), interval_text(e.low, e.high) if e else "–", fmt(e.std if e else None),
+                f"{len(s.complete_seeds)}/{len(s.declared_seeds)}", str(s.configurations), str(s.flagged),
+                terminal_safe(s.status, 48),
+            ])
+        head = terminal_safe(board.key.label)
+        ties = [f"  tied: {terminal_safe(s.name, width)} is not separated from "
+                f"{', '.join(terminal_safe(n, width) for n in s.tied_with)}" for s in board.standings if s.tied_with]
+        blocks.append("\n".join([head, *_columns(headers, rows, {3, 5, 6, 7, 8}), *ties]))
+    return "\n\n".join(blocks) + "\n"
+
+
+def render_exploration(leaderboard: Leaderboard, width: int = 32) -> str:
+    """Formats the exploration cells (never ranked) as plain text, grouped by board identity."""
+    table = exploration_table(leaderboard)
+    if table.empty:
+        return "No exploration cells: every cell is part of a declared entry.\n"
+    headers = ["mechanism", "params", "seed", "split", "utility", "privacy", "reason", "run id"]
+    blocks = []
+    for (benchmark, profile, data, settings), group in table.groupby(["benchmark", "profile", "data", "settings"],
+                                                                      sort=True):
+        rows = [[terminal_safe(r.mechanism, width), terminal_safe(r.params, 40), fmt(r.seed, 0),
+                 terminal_safe(r.split), fmt(r.utility, 4), terminal_safe(privacy_text(r.privacy, r.flag)),
+                 terminal_safe(r.reason), terminal_safe(r.run_id, 34)] for r in group.itertuples(index=False)]
+        head = terminal_safe(f"{benchmark} · profile {profile} · {data} · {settings} — exploration, not ranked")
+        blocks.append("\n".join([head, *_columns(headers, rows, {2, 4})]))
+    return "\n\n".join(blocks) + "\n"

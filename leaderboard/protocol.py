@@ -1,0 +1,116 @@
+"""What a board is: its key, and the rules' constants (docs/protocol.md).
+
+A board ranks like for like: one benchmark, one profile, one dataset (synthetic or real,
+by content fingerprint) and one set of benchmark-defining settings (the cell's task,
+attack and release overrides and its adversaries). Cells that differ in any of these never
+share a frontier.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from bench.cells import content_key
+from leaderboard.stats import LEVEL, MIN_SEEDS
+
+__all__ = [
+    "BoardKey",
+    "K_MAX",
+    "LEVEL",
+    "MIN_SEEDS",
+    "canonical_params",
+    "canonical_settings",
+    "settings_label",
+]
+
+K_MAX = 16
+"""The most configurations an entry may declare (per benchmark)."""
+
+TEST_SPLIT = "test"
+"""The only evaluation split that can enter a board (``val`` cells are tuning cells)."""
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def canonical_params(params: Mapping[str, Any] | None) -> str:
+    """Returns a configuration's identity: its resolved parameters as sorted, compact JSON."""
+    return json.dumps(_plain(dict(params or {})), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def canonical_settings(overrides: Mapping[str, Any] | None, attacks: Iterable[str]) -> str:
+    """Returns the benchmark-defining settings of a cell as sorted, compact JSON.
+
+    Override values are compared as text (``task.epochs=3`` from the command line and
+    ``epochs: 3`` in a suite give the same board); the adversaries are a sorted list.
+
+    Args:
+        overrides: Section (``task``, an attack, ``release``) -> setting -> value.
+        attacks: The adversaries the cell ran.
+    """
+    sections = {
+        str(section): {str(k): _text(v) for k, v in dict(values or {}).items()}
+        for section, values in dict(overrides or {}).items()
+        if values
+    }
+    return json.dumps({"attacks": sorted(set(attacks)), "overrides": sections}, sort_keys=True, separators=(",", ":"))
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(_text(v) for v in value)
+    return "none" if value is None else str(value)
+
+
+def settings_label(settings: str) -> str:
+    """Returns canonical settings as one readable line: ``attacks face_reid; task.epochs=3``."""
+    data = json.loads(settings)
+    attacks = ", ".join(data.get("attacks") or []) or "none"
+    overrides = [f"{section}.{k}={v}" for section, values in sorted(data.get("overrides", {}).items())
+                 for k, v in sorted(values.items())]
+    return f"attacks: {attacks}; settings: {', '.join(overrides) if overrides else 'defaults'}"
+
+
+@dataclass(frozen=True)
+class BoardKey:
+    """The identity of a board.
+
+    Attributes:
+        benchmark: Registered task name.
+        profile: smoke, quick or paper.
+        synthetic: Whether the data is a synthetic stand-in.
+        dataset_fingerprint: Content hash of the data.
+        settings: Canonical settings (:func:`canonical_settings`).
+    """
+
+    benchmark: str
+    profile: str
+    synthetic: bool
+    dataset_fingerprint: str
+    settings: str
+
+    @property
+    def id(self) -> str:
+        """A short stable identifier (also the stem of the board's page)."""
+        return content_key("board", self.benchmark, self.profile, self.synthetic, self.dataset_fingerprint,
+                           self.settings)[:12]
+
+    @property
+    def data_label(self) -> str:
+        """``synthetic data`` or ``real data``, with the fingerprint's first digits."""
+        kind = "synthetic data" if self.synthetic else "real data"
+        return f"{kind} ({self.dataset_fingerprint[:10] or 'no fingerprint'})"
+
+    @property
+    def label(self) -> str:
+        """One line naming everything that defines the board."""
+        return f"{self.benchmark} · profile {self.profile} · {self.data_label} · {settings_label(self.settings)}"
