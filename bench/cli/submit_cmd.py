@@ -115,20 +115,41 @@ def check_protocol(suite, cells) -> None:
                              f"on {benchmark}; shorten the --param lists (docs/protocol.md)")
 
 
-def submission_audit(name: str, cells) -> dict[str, Any] | None:
-    """Hook point of the empirical DP audit of a submission; returns what the entry records as ``audit``.
+SUBMIT_AUDIT_TRIALS = 2000
+SUBMIT_AUDIT_CONFIDENCE = 0.99
+"""The conformance suite's audit budget: it separates dp_pix from dp_pix without C on every seed tried."""
 
-    Not wired yet: no audit runs here and entries record ``audit: null`` (the conformance
-    suite already audits claimed mechanisms at their registered audit parameters). The
-    audit of each claimed configuration (``bench.audit.run_audit``, a Clopper-Pearson lower
-    bound on epsilon) belongs here: raise BenchError when a bound exceeds its claim, and
-    return a JSON-ready summary.
+
+def submission_audit(name: str, cells) -> dict[str, Any] | None:
+    """Audits every declared configuration that makes a formal claim; returns what the entry records.
+
+    Each configuration's claim is checked by :func:`bench.audit.run_audit` (neighbouring
+    inputs per the claim's unit, a Clopper-Pearson lower bound on epsilon at 99%).
 
     Args:
         name: The mechanism.
         cells: The entry's validated cells (their configurations carry the claims).
+
+    Returns:
+        Parameter label -> the audit report as a dict; None when no configuration makes a claim.
+
+    Raises:
+        BenchError: A lower bound exceeds its claim (nothing is run or written).
     """
-    return None
+    from bench.audit import run_audit
+    from bench.registry import mechanisms
+
+    reports: dict[str, Any] = {}
+    for cell in cells:
+        params = dict(cell.config.params)
+        label = ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults"
+        if label in reports or mechanisms.get(name)(**params).claim() is None:
+            continue
+        report = run_audit(name, params, SUBMIT_AUDIT_TRIALS, confidence=SUBMIT_AUDIT_CONFIDENCE)
+        if not report.passed:
+            raise BenchError(f"submit {name}: the audit refutes the claim at {label}: {report.summary()}")
+        reports[label] = report.to_dict()
+    return reports or None
 
 
 def submission_suite(ref: str, name: str, tasks: list[str] | None):
@@ -151,7 +172,7 @@ class EntryParts:
         suite: The submission suite (adjusted by the options).
         cells: Its validated cells (the declaration).
         checks: Conformance checks passed.
-        audit: The audit summary, or None (see :func:`submission_audit`).
+        audit: The audit reports per claimed configuration, or None (see :func:`submission_audit`).
     """
 
     name: str

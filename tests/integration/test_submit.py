@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 import yaml
@@ -191,3 +192,28 @@ def test_submit_user_errors(capsys, env, tmp_path):
     assert "exactly one --mechanism" in capsys.readouterr().err
     assert main(["submit", "--mechanism", "pixelat", "--results-dir", str(tmp_path / "r")]) == 2
     assert "did you mean 'pixelate'" in capsys.readouterr().err
+
+
+def test_every_claimed_configuration_is_audited_and_a_refuted_claim_stops_the_submission():
+    from bench.cli.submit_cmd import submission_audit
+    from bench.grid import Placement, expand, suite_from_lists
+    from bench.registry import register_mechanism
+    from mechanisms.dp_pix import DPPix
+
+    class UnderNoised(DPPix):
+        def noise_scale(self, channels: int) -> float:
+            return super().noise_scale(channels) / channels  # forgets the channel factor C
+
+    suite = suite_from_lists([TASK], ["dp_pix"], {"epsilon": ["1", "2"], "block": ["4"]}, [0, 1, 2], "smoke")
+    cells = expand(suite, Placement(results_dir=Path("unused")))
+    reports = submission_audit("dp_pix", cells)
+    assert sorted(reports) == ["epsilon=1.0, block=4, m=1", "epsilon=2.0, block=4, m=1"]
+    assert all(r["passed"] and r["epsilon_lower_bound"] <= r["claim"]["epsilon"] for r in reports.values())
+    with scoped():
+        register_mechanism("under_noised")(UnderNoised)
+        broken = expand(suite_from_lists([TASK], ["under_noised"], {"epsilon": ["1"]}, [0], "smoke"),
+                        Placement(results_dir=Path("unused")))
+        with pytest.raises(Exception, match="refutes the claim"):
+            submission_audit("under_noised", broken)
+    assert submission_audit("pixelate", expand(suite_from_lists([TASK], ["pixelate"], {}, [0], "smoke"),
+                                                Placement(results_dir=Path("unused")))) is None
