@@ -1,4 +1,4 @@
-"""``bench show RUN_ID``: print a logged cell."""
+"""``bench show RUN_ID|CELL_KEY``: print a logged cell."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from bench.cli.common import add_location_args
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench show``."""
-    p = subparsers.add_parser("show", help="print the result of a logged run")
-    p.add_argument("run_id", metavar="RUN_ID")
+    p = subparsers.add_parser("show", help="print the result of a logged run (by run id or cell key)")
+    p.add_argument("run_id", metavar="RUN_ID|CELL_KEY")
     p.add_argument("--json", action="store_true", help="print result.json instead of the table")
     add_location_args(p)
     p.set_defaults(func=show)
@@ -22,6 +22,7 @@ def show(args: argparse.Namespace) -> int:
     from bench.tracking import Tracker
 
     tracker = Tracker(args.results_dir, args.tracking_uri, create=False)
-    result = tracker.load_result(args.run_id)
-    print(result.to_json() if args.json else format_result(result, args.run_id, tracker.uri))
+    run_id = tracker.find_run(args.run_id)
+    result = tracker.load_result(run_id)
+    print(result.to_json() if args.json else format_result(result, run_id, tracker.uri))
     return 0
