@@ -73,6 +73,8 @@ class Tracker:
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         import logging
 
+        import mlflow  # noqa: F401  (it configures its loggers on import: quieten them after)
+
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
 
