@@ -8,8 +8,9 @@ attribute reports the accuracy on the release, the accuracy of the same attack o
 images (trained and tested clean, cached once per dataset) and the majority-class rate
 (always answering the training set's most frequent value), the chance level.
 
-The first attribute is the primary one: ``acc``, ``acc_clean`` and ``chance`` repeat its
-numbers for the privacy score.
+Each attribute is a part of the outcome (its own accuracy, clean accuracy, majority rate
+and number of test images), so the attack's privacy score is its worst attribute. ``acc``,
+``acc_clean`` and ``chance`` repeat the first attribute's numbers.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 
 from bench.cells import content_key
-from bench.config import build_config
+from bench.config import build_config, setting
 from bench.datasets.base import ImageSet, Splits
 from bench.errors import BenchError
 from bench.interfaces import Attack, AttackOutcome, Release, RunContext
@@ -63,15 +64,15 @@ class AttributeConfig:
     dataset_attributes: dict = field(default_factory=dict)
     arch: str = "resnet50"
     weights: str | None = None
-    input_height: int | None = None
-    epochs: int = 10
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 5e-4
-    pad: int = 4
+    input_height: int | None = setting(None, low=8)
+    epochs: int = setting(10, low=1)
+    batch_size: int = setting(64, low=1)
+    lr: float = setting(1e-3, low=0, low_open=True)
+    weight_decay: float = setting(5e-4, low=0)
+    pad: int = setting(4, low=0)
     train_split: str = "train"
     test_splits: tuple | None = None
-    threads: int | None = None
+    threads: int | None = setting(None, low=1)
 
     def training_part(self) -> dict[str, Any]:
         """Returns the settings an attribute model's weights depend on."""
@@ -79,7 +80,30 @@ class AttributeConfig:
         return {k: v for k, v in asdict(self).items() if k in keep}
 
 
-def _names(value: Any) -> tuple[str, ...] | None:
+@dataclass(frozen=True)
+class CleanAttribute:
+    """The clean reference of one attribute: its clean-trained classifier and test facts.
+
+    Attributes:
+        model: The classifier trained on clean images.
+        acc: Its accuracy on the clean test images.
+        majority: The majority-class rate on the test images (the chance level).
+        test_images: How many test images have the attribute (the trials).
+    """
+
+    model: torch.nn.Module
+    acc: float
+    majority: float
+    test_images: int
+
+    def outcome(self, attr: str, acc: float, **extra: float) -> AttackOutcome:
+        """Returns the outcome of an attack that reached ``acc`` on released test images."""
+        metrics = {f"acc_{attr}": acc, f"clean_acc_{attr}": self.acc, f"majority_{attr}": self.majority,
+                   f"test_images_{attr}": float(self.test_images), **extra}
+        return AttackOutcome(metrics=metrics, value=acc, clean=self.acc, chance=self.majority, trials=self.test_images)
+
+
+def parse_names(value: Any) -> tuple[str, ...] | None:
     """Reads names given as a sequence, a comma-separated string, or none."""
     if value is None or (isinstance(value, str) and value.strip().lower() in {"none", "null"}):
         return None
@@ -107,7 +131,7 @@ class AttributeInference(Attack):
         owner = "attack 'attribute_inference'"
         for key in ("attributes", "test_splits"):
             if key in values:
-                values[key] = _names(values[key])
+                values[key] = parse_names(values[key])
         self.config: AttributeConfig = build_config(AttributeConfig, values, owner)
         if self.config.arch not in ARCHS:
             raise BenchError(f"{owner}: unknown arch {self.config.arch!r} (available: {', '.join(ARCHS)})")
@@ -123,47 +147,94 @@ class AttributeInference(Attack):
         Raises:
             BenchError: Neither ``attributes`` nor a default for this dataset is set.
         """
-        names = self.config.attributes or _names(self.config.dataset_attributes.get(dataset))
+        names = self.config.attributes or parse_names(self.config.dataset_attributes.get(dataset))
         if not names:
             raise BenchError(f"attribute_inference: no attributes given for dataset {dataset!r} "
                              f"(use --set attribute_inference.attributes=gender)")
         return names
 
+    def test_splits(self, clean: Splits, ctx: RunContext) -> tuple[str, ...]:
+        """Returns the splits the attack is tested on: ``test_splits``, else the evaluated split
+        (``test``, or ``val`` when tuning) where the dataset has it, else query + gallery (test only).
+
+        Raises:
+            BenchError: The evaluated split is ``val`` and the dataset has none.
+        """
+        if self.config.test_splits:
+            return tuple(self.config.test_splits)
+        if ctx.eval_split in clean:
+            return (ctx.eval_split,)
+        if ctx.eval_split != "test":
+            raise BenchError(f"attribute_inference: dataset {clean.dataset!r} has no {ctx.eval_split!r} split "
+                             f"to test on")
+        return ("query", "gallery")
+
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
-        """Trains (or reuses) one classifier per attribute on released and on clean images."""
-        cfg = self.config
-        test_splits = cfg.test_splits or (("test",) if "test" in clean else ("query", "gallery"))
+        """Trains (or reuses) one classifier per attribute on released and on clean images.
+
+        Every attribute is a part of the outcome (its own accuracy, clean accuracy,
+        majority rate and test-image count), so the attack's score is its worst attribute.
+        """
+        test_splits = self.test_splits(clean, ctx)
         released_key = ("clean", clean.fingerprint) if released.is_clean else ("release", released.key)
-        metrics: dict[str, float] = {}
-        with cpu_threads(cfg.threads):
+        parts: dict[str, AttackOutcome] = {}
+        with cpu_threads(self.config.threads):
             for attr in self.attributes_for(clean.dataset):
-                metrics.update(self._attack(attr, clean, released, released_key, test_splits, ctx))
-        first = self.attributes_for(clean.dataset)[0]
-        value, clean_value, chance = metrics[f"acc_{first}"], metrics[f"clean_acc_{first}"], metrics[f"majority_{first}"]
-        metrics.update({"acc": value, "acc_clean": clean_value, "chance": chance})
-        return AttackOutcome(metrics=metrics, value=value, clean=clean_value, chance=chance)
+                parts[attr] = self._attack(attr, clean, released, released_key, test_splits, ctx)
+        metrics = {name: value for part in parts.values() for name, value in part.metrics.items()}
+        first = next(iter(parts.values()))
+        metrics.update({"acc": first.value, "acc_clean": first.clean, "chance": first.chance})
+        return AttackOutcome(metrics=metrics, value=first.value, clean=first.clean, chance=first.chance,
+                             trials=first.trials, parts=parts)
+
+    def clean_classifier(
+        self, attr: str, clean: Splits, test_splits: tuple[str, ...], ctx: RunContext
+    ) -> CleanAttribute:
+        """Returns the classifier of ``attr`` trained on clean images (cached) and its clean test facts."""
+        clean_train, clean_test = self._sets(clean, attr, test_splits)
+        values = self._value_count(clean, attr)
+        majority = int(torch.bincount(clean_train.labels, minlength=values).argmax())
+        model = self._model(attr, values, clean_train, ("clean", clean.fingerprint), ctx)
+        return CleanAttribute(model, self.accuracy(model, clean_test, ctx),
+                              float((clean_test.labels == majority).float().mean()), len(clean_test))
 
     def _attack(
         self, attr: str, clean: Splits, released: Release, released_key: tuple, test_splits: tuple[str, ...],
         ctx: RunContext,
-    ) -> dict[str, float]:
-        """Returns the metrics of one attribute."""
-        clean_train, clean_test = self._sets(clean, attr, test_splits)
-        values = len(clean[self.config.train_split].attr_names.get(attr) or []) or int(clean_train.labels.max()) + 1
-        majority = int(torch.bincount(clean_train.labels, minlength=values).argmax())
-        clean_model = self._model(attr, values, clean_train, ("clean", clean.fingerprint), ctx)
-        clean_acc = self._accuracy(clean_model, clean_test, ctx)
+    ) -> AttackOutcome:
+        """Returns the outcome of one attribute."""
+        reference = self.clean_classifier(attr, clean, test_splits, ctx)
         if released.is_clean:
-            acc = clean_acc
+            acc = reference.acc
         else:
             rel_train, rel_test = self._sets(released.splits, attr, test_splits)
-            acc = self._accuracy(self._model(attr, values, rel_train, released_key, ctx), rel_test, ctx)
-        return {
-            f"acc_{attr}": acc,
-            f"clean_acc_{attr}": clean_acc,
-            f"majority_{attr}": float((clean_test.labels == majority).float().mean()),
-            f"test_images_{attr}": float(len(clean_test)),
-        }
+            model = self._model(attr, self._value_count(clean, attr), rel_train, released_key, ctx)
+            acc = self.accuracy(model, rel_test, ctx)
+        return reference.outcome(attr, acc)
+
+    def _value_count(self, clean: Splits, attr: str) -> int:
+        """Returns how many values ``attr`` takes (its names, else the largest training label + 1)."""
+        train = clean[self.config.train_split]
+        return len(train.attr_names.get(attr) or []) or int(train.attrs[attr].max()) + 1
+
+    def test_set(
+        self, splits: Splits, attr: str, test_splits: tuple[str, ...], images: dict[str, torch.Tensor] | None = None
+    ) -> ImageSet:
+        """Returns the test images with a known ``attr``, labelled by it.
+
+        Args:
+            splits: Clean or released splits.
+            attr: The attribute.
+            test_splits: Splits tested on.
+            images: Split name -> other images of that split to take instead (e.g.
+                denoised, of any size), index for index.
+        """
+        parts = []
+        for name in test_splits:
+            keep = _known(splits[name], attr)
+            source = splits[name].images if images is None else images[name]
+            parts.append((source[keep], splits[name].attrs[attr][keep]))
+        return ImageSet(images=torch.cat([p[0] for p in parts]), labels=torch.cat([p[1] for p in parts]))
 
     def _sets(self, splits: Splits, attr: str, test_splits: tuple[str, ...]) -> tuple[ImageSet, ImageSet]:
         """Returns (train, test) images with a known ``attr``, labelled by its value."""
@@ -171,9 +242,9 @@ class AttributeInference(Attack):
         if attr not in train.attrs:
             have = ", ".join(train.attrs) or "none"
             raise BenchError(f"attribute_inference: dataset {splits.dataset!r} has no attribute {attr!r} (has {have})")
-        labelled = _labelled(train, attr)
-        tests = [_labelled(splits[name], attr) for name in test_splits]
-        test = ImageSet(images=torch.cat([t.images for t in tests]), labels=torch.cat([t.labels for t in tests]))
+        keep = _known(train, attr)
+        labelled = ImageSet(images=train.images[keep], labels=train.attrs[attr][keep].clone())
+        test = self.test_set(splits, attr, test_splits)
         if len(labelled) == 0 or len(test) == 0:
             raise BenchError(f"attribute_inference: no labelled {attr!r} images in {self.config.train_split} or "
                              f"{'+'.join(test_splits)} of {splits.dataset!r}")
@@ -188,7 +259,8 @@ class AttributeInference(Attack):
         return height, max(1, round(w * height / h))
 
     @torch.no_grad()
-    def _accuracy(self, model: torch.nn.Module, test: ImageSet, ctx: RunContext) -> float:
+    def accuracy(self, model: torch.nn.Module, test: ImageSet, ctx: RunContext) -> float:
+        """Returns the fraction of test images whose attribute the model predicts."""
         logits = embed(model, prepare(test.images, self.input_size(test.images), ctx.device), batch=256)
         return float((logits.argmax(1).cpu() == test.labels).float().mean())
 
@@ -215,10 +287,9 @@ class AttributeInference(Attack):
         return model.to(ctx.device)
 
 
-def _labelled(split: ImageSet, attr: str) -> ImageSet:
-    """Returns the images of a split with a known value of ``attr``, labelled by it."""
-    values = split.attrs[attr]
-    keep = (values >= 0).nonzero().flatten()
-    return ImageSet(images=split.images[keep], labels=values[keep].clone())
-
-
+def _known(split: ImageSet, attr: str) -> torch.Tensor:
+    """Returns the indices of a split's images with a known value of ``attr``."""
+    if attr not in split.attrs:
+        have = ", ".join(split.attrs) or "none"
+        raise BenchError(f"attribute_inference: a split has no attribute {attr!r} (has {have})")
+    return (split.attrs[attr] >= 0).nonzero().flatten()

@@ -240,6 +240,9 @@ class Task(_Configurable):
     dataset: ClassVar[str] = ""
     attacks: ClassVar[tuple[str, ...]] = ()
     preset_package: ClassVar[str] = "tasks"
+    validation: ClassVar[bool] = False
+    """Whether the task can measure on a validation split (``RunContext.eval_split == "val"``),
+    as tuning requires; a task without one refuses tuning rather than select on test."""
 
     @abc.abstractmethod
     def data_options(self) -> dict[str, Any]:
@@ -253,12 +256,13 @@ class Task(_Configurable):
         """Returns the resolved configuration (logged with every run)."""
         return {}
 
-    def check_data(self, shape: DataShape | None) -> None:
+    def check_data(self, shape: DataShape | None, eval_split: str = "test") -> None:
         """Checks settings against the data before any work (episode sizes against images per class).
 
         Args:
             shape: Split -> images per class, from :meth:`Dataset.inspect`; None when the
                 dataset cannot tell cheaply.
+            eval_split: The split the cell measures on.
 
         Raises:
             BenchError: A setting the data cannot serve; the message names the setting.
@@ -318,6 +322,8 @@ class Attack(_Configurable):
     """An adversary: sees the clean data its threat model allows and the release."""
 
     preset_package: ClassVar[str] = "attacks"
+    validation: ClassVar[bool] = False
+    """Whether the attack can target the validation split (``RunContext.eval_split == "val"``)."""
 
     @abc.abstractmethod
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:

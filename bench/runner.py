@@ -138,8 +138,14 @@ def plan(config: RunConfig) -> Plan:
     task = task_cls(config.profile, config.overrides.get("task"))
     attack_names = config.attacks if config.attacks is not None else task_cls.attacks
     attacks = {name: attack_registry.get(name)(config.profile, config.overrides.get(name)) for name in attack_names}
+    if config.split == "val":
+        unable = [f"task {config.task!r}"] if not task_cls.validation else []
+        unable += [f"attack {name!r}" for name, a in attacks.items() if not type(a).validation]
+        if unable:
+            raise BenchError(f"{' and '.join(unable)} cannot measure on a validation split, so tuning would "
+                             "select on test; tune another benchmark or with --attacks naming attacks that can")
     shape = dataset_registry.get(task.dataset)().inspect(config.data_root, task.data_options())
-    task.check_data(shape)
+    task.check_data(shape, config.split)
     for attack in attacks.values():
         attack.check_data(shape, config.split)
     options: dict[str, Any] = {"overrides": config.overrides, "attacks": list(attack_names)}

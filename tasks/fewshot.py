@@ -1,13 +1,22 @@
 """Few-shot identification with prototypical networks (privacy-enhanced few-shot paper).
 
-Two models are measured on the released test identities:
+Three models are measured on the released test identities (paper, Sec. V-B):
 
 - ``baseline``: trained on clean training identities, tested on released images;
-- ``noisy``: trained and tested on released images (the primary metric, ``acc``).
+- ``noisy``: trained and tested on released images (the primary metric, ``acc``);
+- ``noisy + denoiser`` (Sec. IV, Algorithm 1): a DnCNN and the encoder trained jointly on
+  released episodes with loss = MSE(denoised, clean) + prototypical loss, the clean
+  counterparts of the episode's images coming from the training split (``acc_denoiser``;
+  ``ssim_denoiser`` is the SSIM between denoised and clean test images).
 
 The clean model on clean test images (``acc_clean``) is reported for reference. Models are
 cached by the content key of their training data, so the clean model is trained once per
 dataset, profile and seed.
+
+Episodes are drawn from the evaluated split (``test``; ``val`` when tuning). Model
+selection (early stopping) uses the ``val`` identities when testing; when the evaluated
+split is ``val`` itself, it uses identities held out from the training split instead (as
+many as ``val`` has, at most half), so a tuning cell never selects on what it reports.
 """
 
 from __future__ import annotations
@@ -15,50 +24,107 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from bench.cells import content_key
-from bench.config import build_config
-from bench.datasets.base import ImageSet, Splits
+from bench.config import build_config, setting
+from bench.datasets.base import DataShape, ImageSet, Splits
+from bench.errors import BenchError
 from bench.interfaces import Release, RunContext, Task
 from bench.modelcache import cached_model
 from bench.nn.conv4 import Conv4
+from bench.nn.dncnn import DnCNN, image_quality
 from bench.nn.images import embed, prepare, to_input
 from bench.registry import register_task
 from bench.seeding import derive_seed, make_generator
 from tasks.episodes import EpisodeSampler, episode_accuracies, mean_ci95, prototypical_loss
 
 MODEL_VERSION = 1
+DENOISER_SETTINGS = ("denoiser_depth", "denoiser_width", "denoiser_init", "denoiser_epochs")
 
 
 @dataclass(frozen=True)
 class FewShotConfig:
-    """Settings of one few-shot profile (see ``tasks/presets/fewshot_*.yaml``)."""
+    """Settings of one few-shot profile (see ``tasks/presets/fewshot_*.yaml``).
+
+    Attributes:
+        data: Loader options of the dataset.
+        encoder: Embedding network (Conv-4).
+        image_size: Side of the network input (images are resized to it).
+        train_way: Classes per training episode.
+        train_shot: Support images per class in training.
+        train_query: Query images per class in training.
+        episodes_per_epoch: Training episodes per epoch.
+        epochs: Most training epochs.
+        patience: Epochs without a better validation accuracy before stopping.
+        lr: Adam learning rate.
+        lr_step: Epochs between learning-rate decays.
+        lr_gamma: Decay factor.
+        val_episodes: Model-selection episodes.
+        test_way: Classes per test episode.
+        test_shot: Support images per class at test.
+        test_query: Query images per class at test.
+        test_episodes: Test episodes (the CI is over them).
+        denoiser_depth: Layers of the DnCNN of the denoiser model (8 in the paper).
+        denoiser_width: Its hidden filters.
+        denoiser_init: ``scratch`` (Algorithm 1) or ``noisy``: start from the noisy model's
+            encoder (and an identity denoiser), a cheaper joint training for CPU profiles.
+        denoiser_epochs: Most epochs of the joint training (None: ``epochs``).
+        ssim_images: Test images SSIM(denoised, clean) is averaged over (100 in the paper).
+    """
 
     data: dict = field(default_factory=dict)
-    encoder: str = "conv4"
-    image_size: int = 84
-    train_way: int = 5
-    train_shot: int = 5
-    train_query: int = 5
-    episodes_per_epoch: int = 100
-    epochs: int = 200
-    patience: int = 20
-    lr: float = 1e-3
-    lr_step: int = 20
-    lr_gamma: float = 0.5
-    val_episodes: int = 600
-    test_way: int = 5
-    test_shot: int = 5
-    test_query: int = 15
-    test_episodes: int = 600
+    encoder: str = setting("conv4", choices=("conv4",))
+    image_size: int = setting(84, low=8)
+    train_way: int = setting(5, low=2)
+    train_shot: int = setting(5, low=1)
+    train_query: int = setting(5, low=1)
+    episodes_per_epoch: int = setting(100, low=1)
+    epochs: int = setting(200, low=1)
+    patience: int = setting(20, low=1)
+    lr: float = setting(1e-3, low=0, low_open=True)
+    lr_step: int = setting(20, low=1)
+    lr_gamma: float = setting(0.5, low=0, low_open=True, high=1)
+    val_episodes: int = setting(600, low=1)
+    test_way: int = setting(5, low=2)
+    test_shot: int = setting(5, low=1)
+    test_query: int = setting(15, low=1)
+    test_episodes: int = setting(600, low=1)
+    denoiser_depth: int = setting(8, low=2)
+    denoiser_width: int = setting(64, low=1)
+    denoiser_init: str = setting("scratch", choices=("scratch", "noisy"))
+    denoiser_epochs: int | None = setting(None, low=1)
+    ssim_images: int = setting(100, low=1)
 
     def training_part(self) -> dict[str, Any]:
-        """Returns the settings the trained weights depend on."""
-        skip = {"test_way", "test_shot", "test_query", "test_episodes"}
+        """Returns the settings the weights of the clean and noisy models depend on."""
+        skip = {"test_way", "test_shot", "test_query", "test_episodes", "ssim_images", *DENOISER_SETTINGS}
         return {k: v for k, v in asdict(self).items() if k not in skip}
+
+    def denoiser_part(self) -> dict[str, Any]:
+        """Returns the settings the weights of the denoiser model depend on."""
+        return {**self.training_part(), **{k: getattr(self, k) for k in DENOISER_SETTINGS}}
+
+
+class DenoisingEncoder(nn.Module):
+    """The paper's Denoising Network: a DnCNN followed by the embedding network.
+
+    Args:
+        denoiser: The DnCNN (float images in, float images out).
+        encoder: The embedding network.
+    """
+
+    def __init__(self, denoiser: nn.Module, encoder: nn.Module):
+        super().__init__()
+        self.denoiser, self.encoder = denoiser, encoder
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Embeds denoised images [N, C, H, W] into [N, D]."""
+        return self.encoder(self.denoiser(x))
 
 
 class FewShot(Task):
@@ -69,49 +135,96 @@ class FewShot(Task):
         "acc_ci95": False,
         "acc_baseline": True,
         "acc_baseline_ci95": False,
+        "acc_denoiser": True,
+        "acc_denoiser_ci95": False,
         "acc_clean": True,
+        "ssim_denoiser": True,
+        "ssim_released": True,
     }
     primary: ClassVar[str] = "acc"
-    attacks: ClassVar[tuple[str, ...]] = ("face_reid",)
+    attacks: ClassVar[tuple[str, ...]] = ("face_reid", "face_reid_adapted", "denoise")
+    validation: ClassVar[bool] = True
 
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
         super().__init__(profile, overrides)
         values = self.settings()
         self.config: FewShotConfig = build_config(FewShotConfig, values, f"task {self.name!r}")
-        if self.config.encoder != "conv4":
-            from bench.errors import BenchError
-
-            raise BenchError(f"task {self.name!r}: unknown encoder {self.config.encoder!r} (available: conv4)")
 
     def data_options(self) -> dict[str, Any]:
         """Returns the loader options of this profile."""
         return dict(self.config.data)
+
+    def check_data(self, shape: DataShape | None, eval_split: str = "test") -> None:
+        """Checks that every episode the profile draws can be served by the data.
+
+        Raises:
+            BenchError: Too few classes with enough images for the training, selection or
+                test episodes; the message names the settings to change.
+        """
+        if shape is None:
+            return
+        cfg, owner = self.config, f"task {self.name!r}"
+        per_test = cfg.test_shot + cfg.test_query
+        needs = [("train", cfg.train_way, cfg.train_shot + cfg.train_query, "train_way", "train_shot + train_query"),
+                 (eval_split, cfg.test_way, per_test, "test_way", "test_shot + test_query")]
+        if eval_split == "test" and "val" in shape:
+            needs.append(("val", min(cfg.test_way, len(shape["val"].counts)), per_test, "test_way",
+                          "test_shot + test_query"))
+        for split, way, per_class, way_name, size_name in needs:
+            if split not in shape:
+                raise BenchError(f"{owner}: the dataset has no {split!r} split")
+            have = shape[split].classes_with(per_class)
+            if have < way:
+                most = max(shape[split].counts, default=0)
+                raise BenchError(
+                    f"{owner}: {way_name}={way} episodes need {way} classes with {size_name}={per_class} images in "
+                    f"{split!r}, but {have} of its {len(shape[split].counts)} classes have that many (the most any has "
+                    f"is {most}); lower task.{way_name}, the shot/query settings, or raise the data's images per class"
+                )
 
     def config_dict(self) -> dict[str, Any]:
         """Returns the resolved profile settings."""
         return asdict(self.config)
 
     def evaluate(self, clean: Splits, released: Release, ctx: RunContext) -> dict[str, float]:
-        """Trains (or reuses) the baseline and noisy models and tests them on released images."""
-        test_released = released.splits["test"]
+        """Trains (or reuses) the three models and tests them on released images of the evaluated split."""
+        split = ctx.eval_split
+        test_released = released.splits[split]
         index = self._test_episodes(test_released.labels, ctx.seed)
-        clean_model = self._model(clean["train"], clean["val"], ("clean", clean.fingerprint), ctx, "clean")
-        acc_clean, _ = self._accuracy(clean_model, clean["test"], index, ctx)
+        clean_fit = self._fit_sets(clean, ctx)
+        clean_model = self._model(*clean_fit, ("clean", clean.fingerprint), ctx, "clean")
+        acc_clean, _ = self._accuracy(clean_model, clean[split], index, ctx)
         acc_base, ci_base = self._accuracy(clean_model, test_released, index, ctx)
+        out = {"acc_baseline": acc_base, "acc_baseline_ci95": ci_base, "acc_clean": acc_clean}
         if released.is_clean:
-            acc_noisy, ci_noisy = acc_base, ci_base
-        else:
-            noisy_model = self._model(
-                released.splits["train"], released.splits["val"], ("release", released.key), ctx, "noisy"
-            )
-            acc_noisy, ci_noisy = self._accuracy(noisy_model, test_released, index, ctx)
-        return {
-            "acc": acc_noisy,
-            "acc_ci95": ci_noisy,
-            "acc_baseline": acc_base,
-            "acc_baseline_ci95": ci_base,
-            "acc_clean": acc_clean,
-        }
+            # Nothing to learn from or to undo: the noisy and denoiser models are the clean one.
+            return {"acc": acc_base, "acc_ci95": ci_base, **out, "acc_denoiser": acc_base,
+                    "acc_denoiser_ci95": ci_base, "ssim_denoiser": 1.0, "ssim_released": 1.0}
+        released_fit = self._fit_sets(released.splits, ctx)
+        data_key = ("release", released.key)
+        noisy_model = self._model(*released_fit, data_key, ctx, "noisy")
+        acc, ci = self._accuracy(noisy_model, test_released, index, ctx)
+        denoising = self._denoiser_model(released_fit, clean_fit[0], data_key, noisy_model, ctx)
+        acc_den, ci_den = self._accuracy(denoising, test_released, index, ctx)
+        ssim_den = image_quality(*self._ssim_pair(denoising.denoiser, test_released, clean[split], ctx))["ssim"]
+        ssim_raw = image_quality(*self._ssim_pair(None, test_released, clean[split], ctx))["ssim"]
+        return {"acc": acc, "acc_ci95": ci, **out, "acc_denoiser": acc_den, "acc_denoiser_ci95": ci_den,
+                "ssim_denoiser": ssim_den, "ssim_released": ssim_raw}
+
+    def _fit_sets(self, splits: Splits, ctx: RunContext) -> tuple[ImageSet, ImageSet, tuple]:
+        """Returns (training, model-selection) images and a key naming the division.
+
+        Selection uses ``val`` when the evaluated split is ``test``; when it is ``val``,
+        identities held out of ``train`` (the same ones for clean and released splits).
+        """
+        train = splits["train"]
+        if ctx.eval_split != "val":
+            return train, splits["val"], ()
+        ids = torch.unique(train.labels)
+        held = min(int(torch.unique(splits["val"].labels).numel()), len(ids) // 2)
+        order = torch.randperm(len(ids), generator=make_generator(ctx.seed, self.name, "selection-ids"))
+        chosen = torch.isin(train.labels, ids[order[:held]])
+        return train.subset(~chosen), train.subset(chosen), ("selection", "train-holdout", held)
 
     def _test_episodes(self, labels: torch.Tensor, seed: int) -> torch.Tensor:
         cfg = self.config
@@ -120,13 +233,30 @@ class FewShot(Task):
         )
         return sampler.sample(cfg.test_episodes)
 
-    def _accuracy(self, model: torch.nn.Module, split: ImageSet, index: torch.Tensor, ctx: RunContext) -> tuple[float, float]:
+    def _accuracy(
+        self, model: torch.nn.Module, split: ImageSet, index: torch.Tensor, ctx: RunContext
+    ) -> tuple[float, float]:
         emb = embed(model, prepare(split.images, self.config.image_size, ctx.device))
         return mean_ci95(episode_accuracies(emb, index, self.config.test_shot))
 
-    def _model(self, train: ImageSet, val: ImageSet, data_key: tuple, ctx: RunContext, label: str) -> torch.nn.Module:
+    def _ssim_pair(self, denoiser: nn.Module | None, released: ImageSet, clean: ImageSet,
+                   ctx: RunContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (denoised or released, clean) network inputs of ``ssim_images`` fixed test images."""
+        g = make_generator(ctx.seed, self.name, "ssim-images")
+        pick = torch.randperm(len(clean), generator=g)[: self.config.ssim_images]
+        size, device = self.config.image_size, ctx.device
+        x = prepare(released.images[pick], size, device)
+        if denoiser is not None:
+            with torch.no_grad():
+                denoiser.eval()
+                x = torch.cat([denoiser(x[i : i + 256]) for i in range(0, len(x), 256)])
+        return x, prepare(clean.images[pick], size, device)
+
+    def _model(self, train: ImageSet, val: ImageSet, selection: tuple, data_key: tuple, ctx: RunContext,
+               label: str) -> torch.nn.Module:
         cfg = self.config
-        key = ("fewshot-model", MODEL_VERSION, data_key, cfg.training_part(), ctx.seed, str(ctx.device.type))
+        key = ("fewshot-model", MODEL_VERSION, data_key, *selection, cfg.training_part(), ctx.seed,
+               str(ctx.device.type))
 
         def build() -> torch.nn.Module:
             torch.manual_seed(derive_seed(ctx.seed, self.name, "init"))
@@ -139,38 +269,91 @@ class FewShot(Task):
         model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
         return model.to(ctx.device)
 
+    def _denoiser_model(self, released_fit: tuple[ImageSet, ImageSet, tuple], clean_train: ImageSet,
+                        data_key: tuple, noisy_model: nn.Module, ctx: RunContext) -> DenoisingEncoder:
+        """Returns the jointly trained DnCNN + encoder (Algorithm 1), cached like the other models."""
+        cfg = self.config
+        train, val, selection = released_fit
+        key = ("fewshot-denoiser-model", MODEL_VERSION, data_key, *selection, cfg.denoiser_part(), ctx.seed,
+               str(ctx.device.type))
+
+        def build() -> DenoisingEncoder:
+            torch.manual_seed(derive_seed(ctx.seed, self.name, "denoiser", "init"))
+            channels = train.images.shape[1]
+            denoiser = DnCNN(channels, cfg.denoiser_depth, cfg.denoiser_width)
+            model = DenoisingEncoder(denoiser, Conv4(in_channels=channels))
+            if cfg.denoiser_init == "noisy":
+                model.encoder.load_state_dict(noisy_model.state_dict())
+            return model.to(ctx.device)
+
+        def train_fn(model: DenoisingEncoder) -> dict[str, Any]:
+            ctx.log(f"training the denoiser few-shot model ({content_key(*key)[:8]})")
+            seed = derive_seed(ctx.seed, self.name, "denoiser")
+            return train_prototypical(model, train, val, cfg, ctx, seed, targets=clean_train,
+                                      epochs=cfg.denoiser_epochs)
+
+        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
+        return model.to(ctx.device)
+
+
+def episode_inputs(images: torch.Tensor, size: int, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Returns a function from image indices to network inputs of those images.
+
+    Resizing is done once for the whole split (the same values as resizing each episode's
+    images: the resize acts image by image); without resizing, uint8 images are kept and
+    converted per episode, so a large split costs no float copy.
+    """
+    if tuple(images.shape[-2:]) == (size, size):
+        on_device = images.to(device)
+        return lambda index: to_input(on_device[index.to(device)], None, device)
+    inputs = prepare(images, size, device)
+    return lambda index: inputs[index.to(device)]
+
 
 def train_prototypical(
-    model: torch.nn.Module, train: ImageSet, val: ImageSet, cfg: FewShotConfig, ctx: RunContext, seed: int
+    model: torch.nn.Module, train: ImageSet, val: ImageSet, cfg: FewShotConfig, ctx: RunContext, seed: int,
+    targets: ImageSet | None = None, epochs: int | None = None,
 ) -> dict[str, Any]:
     """Episodic training with Adam, step decay and early stopping on validation accuracy.
 
     Args:
         model: The embedding network (on ``ctx.device``); left holding the best weights.
+            With ``targets`` a :class:`DenoisingEncoder`.
         train: Training identities.
         val: Validation identities (model selection).
         cfg: The profile's settings.
         ctx: The run's context.
         seed: Seed of the episode draws.
+        targets: Clean counterparts of ``train`` (same order): the denoiser is trained
+            jointly, loss = MSE(denoised, clean) + prototypical loss (Algorithm 1).
+        epochs: Most epochs (None: ``cfg.epochs``).
 
     Returns:
         Facts about the training (epochs run, best validation accuracy, seconds).
     """
     started = time.perf_counter()
+    epochs = epochs or cfg.epochs
     g = torch.Generator().manual_seed(seed)
     sampler = EpisodeSampler(train.labels, cfg.train_way, cfg.train_shot + cfg.train_query, g)
     val_way = min(cfg.test_way, int(torch.unique(val.labels).numel()))
     val_index = EpisodeSampler(val.labels, val_way, cfg.test_shot + cfg.test_query, g).sample(cfg.val_episodes)
     val_inputs = prepare(val.images, cfg.image_size, ctx.device)
-    images = train.images.to(ctx.device)
+    inputs = episode_inputs(train.images, cfg.image_size, ctx.device)
+    clean_inputs = None if targets is None else episode_inputs(targets.images, cfg.image_size, ctx.device)
     optimiser = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     schedule = torch.optim.lr_scheduler.StepLR(optimiser, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
     best_acc, best_state, best_epoch, waited = -1.0, None, 0, 0
-    for epoch in ctx.progress(range(cfg.epochs), total=cfg.epochs, desc="few-shot epochs"):
+    for epoch in ctx.progress(range(epochs), total=epochs, desc="few-shot epochs"):
         model.train()
         for index in sampler.sample(cfg.episodes_per_epoch):
-            x = to_input(images[index.flatten().to(ctx.device)], cfg.image_size, ctx.device)
-            loss = prototypical_loss(model(x).view(*index.shape, -1), cfg.train_shot)
+            flat = index.flatten()
+            x = inputs(flat)
+            if clean_inputs is None:
+                loss = prototypical_loss(model(x).view(*index.shape, -1), cfg.train_shot)
+            else:
+                denoised = model.denoiser(x)
+                loss = F.mse_loss(denoised, clean_inputs(flat)) + prototypical_loss(
+                    model.encoder(denoised).view(*index.shape, -1), cfg.train_shot)
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             optimiser.step()

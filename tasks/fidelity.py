@@ -124,5 +124,5 @@ class AttributesFairFace(Fidelity):
     """FairFace attribute inference (the reID paper's adverse task) with a fidelity utility."""
 
     dataset = "fairface"
-    attacks = ("attribute_inference",)
+    attacks = ("attribute_inference", "denoise")
     description = "FairFace: attribute adversary (gender/age/race) vs image fidelity (SSIM) of the release"

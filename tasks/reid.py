@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.cells import content_key
-from bench.config import build_config
+from bench.config import build_config, setting
 from bench.datasets.base import ImageSet, Splits
 from bench.errors import BenchError
 from bench.interfaces import Release, RunContext, Task
@@ -81,26 +81,26 @@ class ReidConfig:
     """
 
     data: dict = field(default_factory=dict)
-    arch: str = "resnet50"
-    weights: str | None = None
-    last_stride: int = 1
-    input_size: tuple = (256, 128)
-    p: int = 16
-    k: int = 4
-    epochs: int = 120
-    lr: float = 3.5e-4
-    weight_decay: float = 5e-4
-    warmup_epochs: int = 10
-    lr_steps: tuple = (40, 70)
-    lr_gamma: float = 0.1
-    label_smoothing: float = 0.1
-    margin: float | None = 0.3
-    ctl_margin: float | None = 0.3
+    arch: str = setting("resnet50", choices=ARCHS)
+    weights: str | None = setting(None, path=True)
+    last_stride: int = setting(1, choices=(1, 2))
+    input_size: tuple = setting((256, 128), low=16, high=1024)
+    p: int = setting(16, low=2)
+    k: int = setting(4, low=2)
+    epochs: int = setting(120, low=1)
+    lr: float = setting(3.5e-4, low=0, low_open=True, high=10)
+    weight_decay: float = setting(5e-4, low=0)
+    warmup_epochs: int = setting(10, low=0)
+    lr_steps: tuple = setting((40, 70), low=0)
+    lr_gamma: float = setting(0.1, low=0, low_open=True, high=1)
+    label_smoothing: float = setting(0.1, low=0, high=1)
+    margin: float | None = setting(0.3, low=0)
+    ctl_margin: float | None = setting(0.3, low=0)
     ctl_squared: bool = False
-    pad: int = 10
-    erasing: float = 0.5
+    pad: int = setting(10, low=0)
+    erasing: float = setting(0.5, low=0, high=1)
     keep_distractors: bool = False
-    threads: int | None = None
+    threads: int | None = setting(None, low=1)
 
     def training_part(self, kind: str) -> dict[str, Any]:
         """Returns the settings the weights of a ``regular`` or ``centroid`` model depend on."""
@@ -131,7 +131,7 @@ class Reid(Task):
         "chance_map_centroids": True,
     }
     primary: ClassVar[str] = "map_centroid"
-    attacks: ClassVar[tuple[str, ...]] = ("attribute_inference",)
+    attacks: ClassVar[tuple[str, ...]] = ("attribute_inference", "denoise")
 
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
         super().__init__(profile, overrides)

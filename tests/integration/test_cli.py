@@ -39,6 +39,8 @@ def test_run_prints_utility_attack_and_where_it_was_logged(capsys, tmp_path, sha
     assert code == 0, err
     assert "utility.acc *" in out and "±" in out
     assert "attack.face_reid.top1" in out and "privacy_score" in out
+    assert "attack.face_reid_adapted.top1" in out and "attack.denoise.top1_raw" in out
+    assert "utility.acc_denoiser" in out
     assert "epsilon=3 [m-pixel (m=1)]" in out
     assert "mlflow.db" in out
     run_id = _run_id(out)
@@ -106,7 +108,7 @@ def test_list_shows_parameters_ranges_and_claims(capsys):
     assert code == 0
     assert "dp_pix" in out and "epsilon" in out and "(0, inf)" in out and "m-pixel" in out
     code, out, _ = _run(capsys, "list", "tasks")
-    assert "fewshot_synth_faces" in out and "face_reid" in out
+    assert "fewshot_synth_faces" in out and "face_reid, face_reid_adapted, denoise" in out
     code, out, _ = _run(capsys, "list", "datasets")
     assert "synth_faces" in out and "img_align_celeba" in out
 

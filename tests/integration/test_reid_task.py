@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from bench import scores
 from bench.cli import main
 from fixtures.reid_fixtures import write_fairface, write_market1501
 
@@ -47,8 +48,24 @@ def test_reid_synth_persons_runs_both_models_and_the_gender_adversary(capsys, tm
     assert {"acc_gender", "clean_acc_gender", "majority_gender", "acc", "acc_clean", "chance"} <= set(attack)
     assert attack["acc"] == attack["acc_gender"] and attack["chance"] == attack["majority_gender"]
     assert 0.5 <= attack["majority_gender"] <= 1.0
-    assert 0.0 <= data["privacy"]["attribute_inference"] <= 1.0
+    _check_score(data, "attribute_inference", "gender", attack["acc_gender"])
+    denoise = data["attacks"]["denoise"]
+    assert set(data["attacks"]) == {"attribute_inference", "denoise"}
+    assert denoise["clean_acc_gender"] == attack["clean_acc_gender"] and 0.0 <= denoise["acc_raw_gender"] <= 1.0
+    assert denoise["denoiser_trained"] == 1.0 and 0.0 < denoise["ssim"] <= 1.0
+    _check_score(data, "denoise", "", denoise["acc_gender"])
     assert data["claim"]["unit"] == "any image of this size"
+
+
+def _check_score(data: dict, attack: str, part: str, value: float) -> None:
+    """The privacy score of a gender attack: defined iff its clean advantage is significant."""
+    metrics = data["attacks"][attack]
+    clean, chance, trials = metrics["clean_acc_gender"], metrics["majority_gender"], int(metrics["test_images_gender"])
+    score = data["privacy"][attack]
+    if scores.is_significant(clean, chance, trials):
+        assert score == pytest.approx(1 - min(max((value - chance) / (clean - chance), 0.0), 1.0))
+    else:
+        assert score is None and data["privacy_flags"][f"{attack}.{part}" if part else attack] == scores.TOO_WEAK
 
 
 def test_identity_release_reuses_the_clean_models_and_repeats_exactly(capsys, tmp_path, shared_cache):
@@ -57,7 +74,9 @@ def test_identity_release_reuses_the_clean_models_and_repeats_exactly(capsys, tm
     assert first["utility"] == again["utility"] and first["attacks"] == again["attacks"]
     attack = first["attacks"]["attribute_inference"]
     assert attack["acc_gender"] == attack["clean_acc_gender"]
-    assert first["privacy"]["attribute_inference"] == 0.0 or attack["clean_acc_gender"] <= attack["majority_gender"]
+    _check_score(first, "attribute_inference", "gender", attack["acc_gender"])
+    assert first["attacks"]["denoise"]["denoiser_trained"] == 0.0
+    assert first["attacks"]["denoise"]["acc_gender"] == attack["clean_acc_gender"]
 
 
 def test_reid_market1501_reads_the_official_layout(capsys, tmp_path):
@@ -83,13 +102,17 @@ def test_attributes_fairface_reports_fidelity_and_three_attributes(capsys, tmp_p
     for attr in ("gender", "age", "race"):
         assert 0.0 <= attack[f"acc_{attr}"] <= 1.0 and 0.0 < attack[f"majority_{attr}"] <= 1.0
     assert attack["acc"] == attack["acc_gender"]
+    for attr in ("gender", "age", "race"):  # every attribute is scored (or flagged) on its own
+        weak = not scores.is_significant(attack[f"clean_acc_{attr}"], attack[f"majority_{attr}"],
+                                         int(attack[f"test_images_{attr}"]))
+        assert (f"attribute_inference.{attr}" in noisy["privacy_flags"]) == weak
 
 
 @pytest.mark.parametrize(
     "extra, fragment",
     [
-        (["--set", "task.arch=resnet7"], "unknown arch"),
-        (["--set", "task.p=1"], "p >= 2"),
+        (["--set", "task.arch=resnet7"], "setting 'arch' must be one of resnet18"),
+        (["--set", "task.p=1"], "setting 'p' must be in [2, inf)"),
         (["--set", "attribute_inference.arch=vgg"], "unknown arch"),
         (["--set", "task.epochz=1"], "did you mean 'epochs'"),
         (["--set", "task.weights=/nonexistent/resnet50.pth"], "never downloaded"),

@@ -1,0 +1,287 @@
+"""The face re-identification pipeline shared by the face adversaries (few-shot paper, Sec. V).
+
+An adversary trains a face embedder on its own identities (the training split), enrols
+the target identities (the split being evaluated, disjoint from its own) with a linear
+SVC on some of their images, and identifies the others (the probes). ``face_reid``,
+``face_reid_adapted`` and ``denoise`` all run this pipeline; they differ only in which
+images the embedder is trained on, which images are enrolled and which probes are shown.
+The clean-trained embedder is cached once per dataset, profile and seed and shared by all
+three.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bench.config import setting
+from bench.datasets.base import ImageSet, Splits
+from bench.errors import BenchError
+from bench.interfaces import Mechanism, Release, RunContext
+from bench.modelcache import cached_model
+from bench.nn.classify import ClassifierTraining, train_classifier
+from bench.nn.face_cnn import build_face_model
+from bench.nn.images import to_input
+from bench.nn.threads import cpu_threads
+from bench.seeding import derive_seed, make_generator
+
+MODEL_VERSION = 1
+FACE_MODELS = ("small_cnn", "inception_resnet_v1")
+
+
+@dataclass(frozen=True)
+class FaceReidConfig:
+    """Settings of the face re-identification pipeline (``attacks/presets/face_reid.yaml``).
+
+    Attributes:
+        model: Embedder architecture.
+        weights: Local Inception-ResNet-v1 state dict, or None to train from scratch.
+        width: First-stage filters of the small CNN.
+        input_size: Side of the embedder's square input.
+        epochs: Passes of the embedder over the adversary's training images.
+        batch_size: Images per step.
+        lr: Peak Adam learning rate (one-cycle schedule).
+        train_split: The adversary's own identities.
+        enrol_per_id: Enrolment images per target identity (the rest are probes).
+        max_ids: Cap on target identities (drawn at random), or None for all.
+        svc_c: Regularisation of the linear SVC.
+    """
+
+    model: str = setting("small_cnn", choices=FACE_MODELS)
+    weights: str | None = setting(None, path=True)
+    width: int = setting(32, low=1)
+    input_size: int = setting(48, low=8)
+    epochs: int = setting(8, low=1)
+    batch_size: int = setting(64, low=1)
+    lr: float = setting(2e-3, low=0, low_open=True)
+    train_split: str = "train"
+    enrol_per_id: int = setting(13, low=1)
+    max_ids: int | None = setting(None, low=2)
+    svc_c: float = setting(1.0, low=0, low_open=True)
+
+    def training_part(self) -> dict[str, Any]:
+        """Returns the settings the embedder's weights depend on."""
+        keep = {"model", "weights", "width", "input_size", "epochs", "batch_size", "lr", "train_split"}
+        return {k: v for k, v in asdict(self).items() if k in keep}
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The target identities of an attack: their clean split and its enrolment/probe division.
+
+    Attributes:
+        split: Name of the evaluated split.
+        images: Its clean images.
+        enrol: Indices of the enrolment images.
+        probe: Indices of the probe images.
+    """
+
+    split: str
+    images: ImageSet
+    enrol: torch.Tensor
+    probe: torch.Tensor
+
+    @property
+    def identities(self) -> int:
+        """Enrolled identities (1 / identities is chance)."""
+        return int(torch.unique(self.images.labels[self.enrol]).numel())
+
+    @property
+    def chance(self) -> float:
+        """Top-1 accuracy of a guess that ignores the probe."""
+        return 1.0 / self.identities
+
+    def enrol_set(self) -> ImageSet:
+        """Returns the clean enrolment images (with their labels and boxes)."""
+        return self.images.subset(self.enrol)
+
+    def probe_labels(self) -> np.ndarray:
+        """Returns the identity of each probe."""
+        return self.images.labels[self.probe].numpy()
+
+    def counts(self) -> dict[str, float]:
+        """Returns the identity and probe counts, as metrics."""
+        return {"identities": float(self.identities), "probes": float(len(self.probe))}
+
+
+def find_targets(clean: Splits, cfg: FaceReidConfig, ctx: RunContext, owner: str) -> Targets:
+    """Returns the evaluated split's identities, each divided into enrolment and probe images.
+
+    The division depends only on the run's seed, so every face adversary of a cell attacks
+    the same probes.
+
+    Raises:
+        BenchError: The evaluated split shares identities with the adversary's own split,
+            or no target identity has more images than ``enrol_per_id``.
+    """
+    split = ctx.eval_split
+    target, own = clean[split], clean[cfg.train_split]
+    shared = np.intersect1d(target.labels.numpy(), own.labels.numpy())
+    if split == cfg.train_split or len(shared):
+        raise BenchError(f"{owner}: the adversary's identities ({cfg.train_split}) overlap the evaluated split "
+                         f"{split!r} ({len(shared)} shared); use a split with disjoint identities")
+    g = make_generator(ctx.seed, "face_reid", "enrolment")
+    ids = torch.unique(target.labels)
+    if cfg.max_ids is not None and len(ids) > cfg.max_ids:
+        ids = ids[torch.randperm(len(ids), generator=g)[: cfg.max_ids]].sort().values
+    enrol, probe = [], []
+    for identity in ids.tolist():
+        members = (target.labels == identity).nonzero().flatten()
+        members = members[torch.randperm(len(members), generator=g)]
+        if len(members) <= cfg.enrol_per_id:
+            continue
+        enrol.append(members[: cfg.enrol_per_id])
+        probe.append(members[cfg.enrol_per_id :])
+    if not enrol:
+        raise BenchError(f"{owner}: no identity of split {split!r} has more than {cfg.enrol_per_id} images")
+    return Targets(split, target, torch.cat(enrol), torch.cat(probe))
+
+
+def clean_embedder(cfg: FaceReidConfig, clean: Splits, ctx: RunContext) -> torch.nn.Module:
+    """Returns the embedder trained on the adversary's clean identities (cached, shared)."""
+    key = ("face_reid-model", MODEL_VERSION, clean.fingerprint, cfg.training_part(), _weights(cfg, ctx), ctx.seed,
+           str(ctx.device.type))
+    train = clean[cfg.train_split]
+    return _embedder(cfg, lambda: train.images, train.labels, key, ctx, "clean")
+
+
+@dataclass(frozen=True)
+class AdaptedTraining:
+    """How an adapted embedder is trained on the adversary's released images.
+
+    Attributes:
+        epochs: Passes over the images.
+        start: A trained embedder to fine-tune from, or None to train from scratch.
+        threads: CPU threads while training (None: torch's setting).
+    """
+
+    epochs: int
+    start: torch.nn.Module | None = None
+    threads: int | None = None
+
+
+def adapted_embedder(
+    cfg: FaceReidConfig, images: Callable[[], torch.Tensor], labels: torch.Tensor, data_key: tuple, ctx: RunContext,
+    how: AdaptedTraining,
+) -> torch.nn.Module:
+    """Returns an embedder trained on the adversary's own released images (cached).
+
+    Args:
+        cfg: The pipeline's settings.
+        images: Makes the adversary's training images after the mechanism (called only
+            when the embedder is not cached).
+        labels: Their identities.
+        data_key: Content key of those images (release key and stream purpose).
+        ctx: The run's context.
+        how: Epochs, starting point and threads.
+    """
+    key = ("face_reid-adapted-model", MODEL_VERSION, data_key, cfg.training_part(), _weights(cfg, ctx), how.epochs,
+           how.start is not None, how.threads, ctx.seed, str(ctx.device.type))
+    return _embedder(cfg, images, labels, key, ctx, "adapted", how)
+
+
+def _weights(cfg: FaceReidConfig, ctx: RunContext) -> str | None:
+    return ctx.options.get("face_reid.weights", cfg.weights)
+
+
+def _embedder(
+    cfg: FaceReidConfig, images: Callable[[], torch.Tensor], labels: torch.Tensor, key: tuple, ctx: RunContext,
+    label: str, how: AdaptedTraining | None = None,
+) -> torch.nn.Module:
+    ids, classes = torch.unique(labels, return_inverse=True)
+    seed_purpose = ("face_reid",) if label == "clean" else ("face_reid", label)
+
+    def build() -> torch.nn.Module:
+        torch.manual_seed(derive_seed(ctx.seed, *seed_purpose, "init"))
+        model = build_face_model(cfg.model, len(ids), _weights(cfg, ctx), cfg.width).to(ctx.device)
+        if how is not None and how.start is not None:
+            model.load_state_dict(how.start.state_dict())
+        return model
+
+    def train_fn(model: torch.nn.Module) -> dict[str, Any]:
+        ctx.log(f"training the {label} face embedder ({cfg.model}, {len(ids)} identities)")
+        spec = ClassifierTraining(
+            epochs=how.epochs if how else cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, weight_decay=5e-4,
+            input_size=cfg.input_size, augment=augment, label_smoothing=0.1, desc=f"{label} face embedder epochs",
+        )
+        data = images()
+        with cpu_threads(how.threads if how else None):
+            return train_classifier(model, data, classes, spec, ctx, derive_seed(ctx.seed, *seed_purpose, "train"))
+
+    model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
+    return model.to(ctx.device).eval()
+
+
+@torch.no_grad()
+def embed_faces(model: torch.nn.Module, images: torch.Tensor, cfg: FaceReidConfig, ctx: RunContext,
+                batch: int = 256) -> np.ndarray:
+    """Returns the L2-normalised embeddings [N, D] of uint8 face images."""
+    model.eval()
+    parts = [model.embed(to_input(images[i : i + batch], cfg.input_size, ctx.device)).cpu()
+             for i in range(0, len(images), batch)]
+    return torch.cat(parts).numpy()
+
+
+class FaceIdentifier:
+    """A linear SVC over one embedder's embeddings of the enrolled identities.
+
+    Args:
+        model: The embedder.
+        enrol_images: uint8 enrolment images.
+        enrol_labels: Their identities.
+        cfg: The pipeline's settings.
+        ctx: The run's context.
+    """
+
+    def __init__(self, model: torch.nn.Module, enrol_images: torch.Tensor, enrol_labels: torch.Tensor,
+                 cfg: FaceReidConfig, ctx: RunContext):
+        from sklearn.svm import SVC
+
+        self.model, self.cfg, self.ctx = model, cfg, ctx
+        self.svc = SVC(kernel="linear", C=cfg.svc_c)
+        self.svc.fit(embed_faces(model, enrol_images, cfg, ctx), enrol_labels.numpy())
+
+    def top1(self, probes: torch.Tensor, truth: np.ndarray) -> float:
+        """Returns the fraction of probe images identified as their true identity."""
+        predicted = self.svc.predict(embed_faces(self.model, probes, self.cfg, self.ctx))
+        return float(np.mean(predicted == truth))
+
+
+def known_mechanism(released: Release, owner: str) -> Mechanism:
+    """Returns the fitted mechanism that made a release (adaptive adversaries know it).
+
+    Raises:
+        BenchError: The release does not carry its mechanism.
+    """
+    if released.instance is None:
+        raise BenchError(f"{owner}: the release does not carry its mechanism (Release.instance); "
+                         f"an adaptive adversary needs it")
+    return released.instance
+
+
+def clean_reference(
+    cfg: FaceReidConfig, clean: Splits, targets: Targets, ctx: RunContext
+) -> tuple[FaceIdentifier, float]:
+    """Returns the clean pipeline (clean embedder, clean enrolment) and its top-1 on clean probes."""
+    identifier = FaceIdentifier(clean_embedder(cfg, clean, ctx), targets.images.images[targets.enrol],
+                                targets.images.labels[targets.enrol], cfg, ctx)
+    return identifier, identifier.top1(targets.images.images[targets.probe], targets.probe_labels())
+
+
+def augment(x: torch.Tensor, generator: torch.Generator, shift: int = 4) -> torch.Tensor:
+    """Random horizontal flips and translations of up to ``shift`` pixels (reflect-padded)."""
+    n = x.shape[0]
+    flip = torch.rand(n, generator=generator) < 0.5
+    x = torch.where(flip.to(x.device)[:, None, None, None], x.flip(3), x)
+    padded = F.pad(x, (shift,) * 4, mode="reflect")
+    dx = torch.randint(0, 2 * shift + 1, (n,), generator=generator)
+    dy = torch.randint(0, 2 * shift + 1, (n,), generator=generator)
+    h, w = x.shape[-2:]
+    rows = (dy[:, None] + torch.arange(h)[None]).to(x.device)
+    cols = (dx[:, None] + torch.arange(w)[None]).to(x.device)
+    batch = torch.arange(n, device=x.device)[:, None, None]
+    return padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)

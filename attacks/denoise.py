@@ -1,0 +1,261 @@
+"""Denoising adversary (privacy-enhanced few-shot paper, Sec. V; PROTOCOLS.md "denoise").
+
+The adversary knows the mechanism and its parameters. It runs the mechanism, with its own
+random streams, over clean images of its own identities (the training split, disjoint
+from the targets), trains a DnCNN to map each result back to its original, and denoises
+the released target images before attacking them with the non-adaptive pipelines:
+
+- identity (face datasets): ``face_reid``'s clean embedder and SVC enrolled on clean
+  images identify denoised probes (``top1``) and raw released probes (``top1_raw``);
+- attributes (reID and attribute datasets): ``attribute_inference``'s clean-trained
+  classifier of each attribute is tested on denoised (``acc_<attr>``) and raw
+  (``acc_raw_<attr>``) released test images.
+
+The embedder and the classifiers are the ones ``face_reid`` and ``attribute_inference``
+train and cache (same settings, same cache entries). SSIM and PSNR of the denoised images
+against the clean ones (and of the raw release, ``*_raw``) show what the denoiser undid.
+For the identity mechanism there is nothing to undo: no denoiser is trained
+(``denoiser_trained`` is 0) and the clean numbers are reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from attacks._reid_pipeline import Targets, clean_reference, find_targets, known_mechanism
+from attacks.attribute_inference import AttributeInference, parse_names
+from attacks.face_reid import FaceReid
+from bench.config import build_config, setting
+from bench.datasets.base import Splits
+from bench.errors import BenchError
+from bench.interfaces import Attack, AttackOutcome, Release, RunContext
+from bench.modelcache import cached_model
+from bench.nn.dncnn import DenoiserTraining, DnCNN, denoise_images, image_quality, train_denoiser
+from bench.nn.images import prepare
+from bench.nn.threads import cpu_threads
+from bench.registry import register_attack
+from bench.release import apply_to_split
+from bench.seeding import derive_seed
+
+MODEL_VERSION = 1
+TARGETS = ("identity", "attributes")
+
+
+@dataclass(frozen=True)
+class DenoiseConfig:
+    """Settings of one denoise profile (``attacks/presets/denoise.yaml``).
+
+    Attributes:
+        depth: DnCNN convolution layers (8: the few-shot paper's lighter DnCNN).
+        width: DnCNN hidden filters.
+        downscale: The denoiser works on images shrunk by this factor (1: the released
+            size); match it to the input size of the attack that follows.
+        patch: Side of the random crops trained on, or None for whole images.
+        epochs: Passes over the adversary's (released, clean) pairs.
+        batch_size: Pairs per step.
+        lr: Adam learning rate.
+        train_split: The adversary's own images (disjoint identities from the targets).
+        targets: What is attacked after denoising (``identity``, ``attributes``); None
+            takes ``dataset_targets`` of the dataset.
+        dataset_targets: Dataset name -> its default targets.
+        reid: Settings of the face re-identification pipeline that differ from
+            ``face_reid``'s preset (none by default, so its cached embedder is shared).
+        attributes: Settings of the attribute classifiers that differ from
+            ``attribute_inference``'s preset.
+        threads: CPU threads while the denoiser trains and runs (None: torch's setting); the
+            mechanism itself runs with torch's setting, as in the release.
+    """
+
+    depth: int = setting(8, low=2)
+    width: int = setting(32, low=1)
+    downscale: int = setting(1, low=1)
+    patch: int | None = setting(None, low=4)
+    epochs: int = setting(4, low=1)
+    batch_size: int = setting(64, low=1)
+    lr: float = setting(1e-3, low=0, low_open=True)
+    train_split: str = "train"
+    targets: tuple | None = None
+    dataset_targets: dict = field(default_factory=dict)
+    reid: dict = field(default_factory=dict)
+    attributes: dict = field(default_factory=dict)
+    threads: int | None = setting(None, low=1)
+
+    def training_part(self) -> dict[str, Any]:
+        """Returns the settings the denoiser's weights depend on."""
+        keep = {"depth", "width", "downscale", "patch", "epochs", "batch_size", "lr", "train_split", "threads"}
+        return {k: v for k, v in asdict(self).items() if k in keep}
+
+
+@dataclass(frozen=True)
+class Attacked:
+    """The images an attack after denoising was run on (for SSIM/PSNR).
+
+    Attributes:
+        raw: Released images, uint8.
+        denoised: Their denoised versions (uint8, at the denoiser's size), or None.
+        clean: Their clean originals, uint8.
+    """
+
+    raw: torch.Tensor
+    denoised: torch.Tensor | None
+    clean: torch.Tensor
+
+
+@register_attack("denoise")
+class Denoise(Attack):
+    """DnCNN trained on the adversary's own (mechanism(x), x) pairs, then the non-adaptive attacks."""
+
+    metrics: ClassVar[dict[str, bool]] = {
+        "top1": True, "top1_raw": True, "top1_clean": True, "chance": True, "ssim": True, "psnr": True,
+    }
+    primary: ClassVar[str] = "top1"
+    description = ("knows the mechanism: DnCNN trained on its own (released, clean) pairs; face re-identification "
+                   "(or attribute inference) of denoised releases")
+    validation: ClassVar[bool] = True
+
+    def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
+        super().__init__(profile, overrides)
+        values = self.settings()
+        owner = f"attack {self.name!r}"
+        if "targets" in values:
+            values["targets"] = parse_names(values["targets"])
+        self.config: DenoiseConfig = build_config(DenoiseConfig, values, owner)
+        _check_targets(self.config.targets or ())
+        self.reid = FaceReid(profile, self.config.reid)
+        self.attribute = AttributeInference(profile, self.config.attributes)
+
+    def config_dict(self) -> dict[str, Any]:
+        """Returns the resolved settings, with those of the pipelines that follow the denoiser."""
+        return {**asdict(self.config), "reid": self.reid.config_dict(), "attributes": self.attribute.config_dict()}
+
+    def targets_for(self, dataset: str) -> tuple[str, ...]:
+        """Returns what is attacked on a dataset after denoising.
+
+        Raises:
+            BenchError: Neither ``targets`` nor a default for this dataset is set, or a
+                default names an unknown target.
+        """
+        names = self.config.targets or parse_names(self.config.dataset_targets.get(dataset))
+        if not names:
+            raise BenchError(f"attack 'denoise': no targets for dataset {dataset!r} "
+                             f"(use --set denoise.targets=identity or attributes)")
+        _check_targets(names)
+        return names
+
+    def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
+        """Trains (or reuses) the denoiser and attacks denoised and raw releases."""
+        targets = self.targets_for(clean.dataset)
+        denoiser = None if released.is_clean else self._denoiser(clean, released, ctx)
+        parts: dict[str, AttackOutcome] = {}
+        attacked: list[Attacked] = []
+        if "identity" in targets:
+            outcome, images = self._identity(clean, released, denoiser, ctx)
+            parts["identity"] = outcome
+            attacked.append(images)
+        if "attributes" in targets:
+            outcomes, images = self._attributes(clean, released, denoiser, ctx)
+            parts.update(outcomes)
+            attacked.append(images)
+        metrics = {name: value for part in parts.values() for name, value in part.metrics.items()}
+        metrics.update(self._quality(attacked[0], ctx))
+        metrics["denoiser_trained"] = float(denoiser is not None)
+        first = next(iter(parts.values()))
+        return AttackOutcome(metrics=metrics, value=first.value, clean=first.clean, chance=first.chance,
+                             trials=first.trials, parts=parts if len(parts) > 1 else {})
+
+    def _size(self, images: torch.Tensor) -> tuple[int, int] | None:
+        """Returns the (h, w) the denoiser works at, or None for the images' own size."""
+        d = self.config.downscale
+        h, w = images.shape[-2:]
+        return None if d == 1 else (max(1, h // d), max(1, w // d))
+
+    def _denoise(self, denoiser: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
+        """Returns denoised uint8 images, at the denoiser's size."""
+        with cpu_threads(self.config.threads):
+            return denoise_images(denoiser, images, self._size(images), next(denoiser.parameters()).device)
+
+    def _denoiser(self, clean: Splits, released: Release, ctx: RunContext) -> torch.nn.Module:
+        """Returns the DnCNN trained on the adversary's own (mechanism(x), x) pairs (cached)."""
+        cfg = self.config
+        mechanism = known_mechanism(released, f"attack {self.name!r}")
+        own = clean[cfg.train_split]
+        purpose = f"{self.name}/{cfg.train_split}"
+        key = ("denoiser", MODEL_VERSION, released.key, purpose, cfg.training_part(), ctx.seed, str(ctx.device.type))
+
+        def build() -> torch.nn.Module:
+            torch.manual_seed(derive_seed(ctx.seed, self.name, "init"))
+            return DnCNN(own.images.shape[1], cfg.depth, cfg.width).to(ctx.device)
+
+        def train_fn(model: torch.nn.Module) -> dict[str, Any]:
+            ctx.log(f"{self.name}: applying {released.mechanism} to the adversary's {len(own)} own images")
+            noisy, _ = apply_to_split(mechanism, own, ctx, purpose)
+            ctx.log(f"{self.name}: training the DnCNN (depth {cfg.depth}, width {cfg.width})")
+            spec = DenoiserTraining(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
+                                    size=self._size(own.images), patch=cfg.patch)
+            with cpu_threads(cfg.threads):
+                return train_denoiser(model, noisy, own.images, spec, ctx, derive_seed(ctx.seed, self.name, "train"))
+
+        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
+        return model.to(ctx.device).eval()
+
+    def _quality(self, attacked: Attacked, ctx: RunContext) -> dict[str, float]:
+        """Returns SSIM/PSNR of denoised and of raw released images against clean ones, at the denoiser's size."""
+        size = self._size(attacked.clean)
+        reference = prepare(attacked.clean, size, ctx.device)
+        raw = image_quality(prepare(attacked.raw, size, ctx.device), reference)
+        denoised = raw if attacked.denoised is None else image_quality(attacked.denoised.to(ctx.device), reference)
+        return {**denoised, **{f"{name}_raw": value for name, value in raw.items()}}
+
+    def _identity(self, clean: Splits, released: Release, denoiser: torch.nn.Module | None,
+                  ctx: RunContext) -> tuple[AttackOutcome, Attacked]:
+        """Face re-identification of raw and denoised released probes (clean embedder and enrolment)."""
+        cfg = self.reid.config
+        targets: Targets = find_targets(clean, cfg, ctx, f"attack {self.name!r}")
+        shared = set(clean[self.config.train_split].labels.tolist()) & set(targets.images.labels.tolist())
+        if shared:
+            raise BenchError(f"attack {self.name!r}: its own split {self.config.train_split!r} shares {len(shared)} "
+                             f"identities with the evaluated split {targets.split!r}")
+        identifier, top1_clean = clean_reference(cfg, clean, targets, ctx)
+        raw = released.splits[targets.split].images[targets.probe]
+        truth = targets.probe_labels()
+        top1_raw = identifier.top1(raw, truth)
+        denoised = None if denoiser is None else self._denoise(denoiser, raw)
+        top1 = top1_raw if denoised is None else identifier.top1(denoised, truth)
+        metrics = {"top1": top1, "top1_raw": top1_raw, "top1_clean": top1_clean, "chance": targets.chance,
+                   **targets.counts()}
+        outcome = AttackOutcome(metrics=metrics, value=top1, clean=top1_clean, chance=targets.chance,
+                                trials=len(targets.probe))
+        return outcome, Attacked(raw, denoised, targets.images.images[targets.probe])
+
+    def _attributes(self, clean: Splits, released: Release, denoiser: torch.nn.Module | None,
+                    ctx: RunContext) -> tuple[dict[str, AttackOutcome], Attacked]:
+        """Attribute inference on raw and denoised released test images (clean-trained classifiers)."""
+        attack = self.attribute
+        test_splits = attack.test_splits(clean, ctx)
+        if self.config.train_split in test_splits:
+            raise BenchError(f"attack {self.name!r}: its training split {self.config.train_split!r} is a test split")
+        denoised = None
+        if denoiser is not None:
+            denoised = {name: self._denoise(denoiser, released.splits[name].images) for name in test_splits}
+        parts: dict[str, AttackOutcome] = {}
+        with cpu_threads(attack.config.threads):
+            for attr in attack.attributes_for(clean.dataset):
+                reference = attack.clean_classifier(attr, clean, test_splits, ctx)
+                raw = attack.accuracy(reference.model, attack.test_set(released.splits, attr, test_splits), ctx)
+                acc = raw if denoised is None else attack.accuracy(
+                    reference.model, attack.test_set(released.splits, attr, test_splits, denoised), ctx)
+                parts[attr] = reference.outcome(attr, acc, **{f"acc_raw_{attr}": raw})
+        raw_images = torch.cat([released.splits[name].images for name in test_splits])
+        clean_images = torch.cat([clean[name].images for name in test_splits])
+        denoised_images = None if denoised is None else torch.cat([denoised[name] for name in test_splits])
+        return parts, Attacked(raw_images, denoised_images, clean_images)
+
+
+def _check_targets(names: tuple[str, ...]) -> None:
+    """Raises BenchError for a target other than ``identity`` and ``attributes``."""
+    unknown = set(names) - set(TARGETS)
+    if unknown:
+        raise BenchError(f"attack 'denoise': unknown target {sorted(unknown)[0]!r} (use {', '.join(TARGETS)})")
