@@ -59,3 +59,18 @@ def test_read_only_use_creates_nothing(tmp_path):
 
 def test_flatten():
     assert flatten("a.", {"x": 1, "y": {"z": 2}}) == {"a.x": 1, "a.y.z": 2}
+
+
+def test_an_undefined_score_is_flagged_in_mlflow_and_results_of_another_schema_do_not_count(results_dir):
+    import dataclasses
+    import json
+
+    weak = dataclasses.replace(_result("k3"), privacy={"face_reid": None}, privacy_score=None,
+                               privacy_flags={"face_reid": "attack too weak"})
+    tracker = Tracker(results_dir)
+    run = tracker.client.get_run(tracker.log_cell(weak, {}, {}))
+    assert "privacy_score" not in run.data.metrics and "privacy.face_reid" not in run.data.metrics
+    assert json.loads(run.data.tags["bench.privacy_flags"]) == {"face_reid": "attack too weak"}
+    old = tracker.log_cell(dataclasses.replace(_result("k4")), {}, {})
+    tracker.client.set_tag(old, "bench.schema", "1")  # as written before scores could be undefined
+    assert tracker.finished_runs("k4") == []
