@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import torchvision
 from torch import nn
 
 from bench.errors import BenchError
@@ -42,6 +41,8 @@ class ResNetTrunk(nn.Module):
             raise BenchError(f"unknown backbone {arch!r} (available: {', '.join(ARCHS)})")
         if last_stride not in (1, 2):
             raise BenchError(f"last_stride must be 1 or 2, got {last_stride!r}")
+        import torchvision  # imported when a model is built: it costs a second at start-up
+
         net = getattr(torchvision.models, arch)(weights=None)
         if weights:
             load_imagenet_weights(net, weights)
