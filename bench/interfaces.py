@@ -158,6 +158,7 @@ class Release:
         metrics: Facts measured while releasing, e.g. ``detector_recall.test``.
         instance: The configured (and fitted) mechanism that made the release, for
             adversaries that know the mechanism and apply it to their own images.
+        kernels: How its fused kernels ran: ``compiled`` or ``eager``.
     """
 
     splits: Splits
@@ -168,6 +169,7 @@ class Release:
     claim: PrivacyClaim | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     instance: Mechanism | None = field(default=None, repr=False, compare=False)
+    kernels: str = "compiled"
 
     @property
     def is_clean(self) -> bool:

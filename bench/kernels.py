@@ -5,18 +5,24 @@ batches. Compiled (Inductor: C++/OpenMP on CPU, Triton on CUDA) they run as one 
 over memory; eagerly, every operation is a pass of its own, which is several times
 slower on CPU but gives the same integers and floats equal to within an ulp or two.
 
-``BENCH_COMPILE`` chooses: ``auto`` (default) compiles and falls back to eager for a
-device type whose compiler fails (no C++ compiler, no Triton), with one warning; ``1``
-compiles and lets a failure raise; ``0`` never compiles.
+``BENCH_COMPILE`` chooses: ``auto`` (default) compiles work large enough for compiling
+to pay back (:func:`choose`: at least ``PAYBACK_VALUES`` values; compiling costs 10-20 s
+cold on 2 cores, eager code a few ns per value more) and runs smaller work eagerly, and
+falls back to eager for a device type whose compiler fails (no C++ compiler, no Triton),
+with one warning; ``1`` compiles everything and lets a failure raise; ``0`` never compiles.
+The choice depends only on the size of the work, never on what the process did before, so
+a cell takes the same path in a fresh process and in a long-lived grid worker.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import logging
 import os
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -25,7 +31,10 @@ from bench.errors import BenchError
 ENV = "BENCH_COMPILE"
 _MODES = ("auto", "0", "1")
 _RECOMPILE_LIMIT = 32
+PAYBACK_VALUES = 10**9
+"""Work (values through the kernels) from which compiling pays back on its own cost."""
 _failed: dict[str, str] = {}
+_eager_here: contextvars.ContextVar[bool] = contextvars.ContextVar("eager_here", default=False)
 
 
 def _mode() -> str:
@@ -36,11 +45,32 @@ def _mode() -> str:
 
 
 def backend(device: torch.device | str) -> str:
-    """Returns how kernels run on a device: ``"compiled"`` or ``"eager"``."""
+    """Returns how kernels run on a device by default: ``"compiled"`` or ``"eager"``."""
     kind = torch.device(device).type
     if _mode() == "0" or kind in _failed:
         return "eager"
     return "compiled"
+
+
+def choose(device: torch.device | str, values: int) -> str:
+    """Returns how a piece of work of ``values`` values should run: ``"compiled"`` or ``"eager"``.
+
+    ``auto`` compiles only work of at least :data:`PAYBACK_VALUES` values.
+    """
+    path = backend(device)
+    if path == "compiled" and _mode() == "auto" and values < PAYBACK_VALUES:
+        return "eager"
+    return path
+
+
+@contextlib.contextmanager
+def using(path: str) -> Iterator[None]:
+    """Runs the kernels called inside eagerly when ``path`` is ``"eager"`` (from :func:`choose`)."""
+    token = _eager_here.set(path == "eager")
+    try:
+        yield
+    finally:
+        _eager_here.reset(token)
 
 
 def _device_of(args: tuple[Any, ...]) -> str:
@@ -76,7 +106,7 @@ class Kernel:
     def __call__(self, *args: Any) -> Any:
         device = _device_of(args)
         mode = _mode()
-        if mode == "0" or device in _failed or self._over_limit:
+        if mode == "0" or device in _failed or self._over_limit or _eager_here.get():
             return self.fn(*args)
         if self._compiled is None:
             self._compiled = torch.compile(self.fn, dynamic=True, fullgraph=True)

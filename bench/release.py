@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import torch
 
-from bench import rng
+from bench import kernels, rng
 from bench.cache import Cache
 from bench.cells import content_key
 from bench.datasets.base import ImageSet, Splits, content_digest
@@ -19,7 +19,7 @@ BATCH = 1024
 
 BOX_SOURCES = ("dataset", "detect")
 #: Bump when the on-disk layout of a cached release changes, so old caches are not read.
-RELEASE_FORMAT = 2
+RELEASE_FORMAT = 3
 
 
 def release_key(splits: Splits, mechanism: Mechanism, seed: int, boxes: str = "dataset", fitted_on: str = "") -> str:
@@ -76,8 +76,11 @@ def make_release(
 
     def build() -> dict[str, Any]:
         saved: dict[str, Any] = {"images": {}, "metrics": {}}
+        total = sum(split.images.numel() for split in splits.sets.values())
+        saved["kernels"] = kernels.choose(ctx.device, total)
         for name, split in splits.sets.items():
-            images, recall = apply_to_split(mechanism, split, ctx, f"release/{name}", detect=boxes == "detect")
+            images, recall = apply_to_split(mechanism, split, ctx, f"release/{name}", detect=boxes == "detect",
+                                            path=saved["kernels"])
             saved["images"][name] = images
             if recall is not None:
                 saved["metrics"][f"detector_recall.{name}"] = recall
@@ -98,6 +101,7 @@ def make_release(
         claim=benchmark_claim(mechanism, size, withheld),
         metrics=dict(metrics),
         instance=mechanism,
+        kernels=saved["kernels"],
     )
 
 
@@ -128,13 +132,15 @@ def benchmark_claim(mechanism: Mechanism, size: tuple[int, int], withheld: tuple
 
 
 def apply_to_split(
-    mechanism: Mechanism, split: ImageSet, ctx: RunContext, purpose: str, batch: int = BATCH, detect: bool = False
+    mechanism: Mechanism, split: ImageSet, ctx: RunContext, purpose: str, batch: int = BATCH, detect: bool = False,
+    path: str | None = None,
 ) -> tuple[torch.Tensor, float | None]:
     """Runs a mechanism over a split in batches on the run's device.
 
     Image ``i`` of the split always draws from the stream of (seed, purpose, i), whatever
     the batch size. Mechanisms that act on faces get the dataset's boxes, or MTCNN's where
-    the dataset has none or ``detect`` is set.
+    the dataset has none or ``detect`` is set. Fused kernels run ``path`` (``compiled`` or
+    ``eager``; by default what :func:`bench.kernels.choose` picks for the split's size).
 
     Returns:
         CPU uint8 released images, and the detector's recall against the dataset's boxes
@@ -150,11 +156,13 @@ def apply_to_split(
             recall = detector_recall(detected, boxes)
         boxes = detected
     out = torch.empty_like(split.images)
+    path = path or kernels.choose(ctx.device, split.images.numel())
     for start in range(0, len(split), batch):
         images = split.images[start : start + batch].to(ctx.device)
         streams = Streams.for_images(ctx.seed, purpose, len(images), start=start, device=ctx.device)
         chunk_boxes = None if boxes is None else [b.to(ctx.device) for b in boxes[start : start + batch]]
-        released = mechanism.apply(images, generator=streams, boxes=chunk_boxes)
+        with kernels.using(path):
+            released = mechanism.apply(images, generator=streams, boxes=chunk_boxes)
         _check_output(mechanism, images, released)
         out[start : start + len(images)] = released.cpu()
     return out, recall

@@ -24,7 +24,6 @@ from bench.config import PROFILES
 from bench.datasets.base import ImageSet, Splits, load_dataset
 from bench.errors import BenchError
 from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
-from bench.kernels import backend as kernel_backend
 from bench.registry import attacks as attack_registry
 from bench.registry import datasets as dataset_registry
 from bench.registry import mechanisms as mechanism_registry
@@ -210,7 +209,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         attacks={name: dict(o.metrics) for name, o in outcomes.items()}, privacy=privacy,
         privacy_score=scores.worst(privacy.values()), privacy_flags=flags, eval_split=cfg.split,
         claim=release.claim.to_dict() if release.claim else None,
-        runtime_s=time.perf_counter() - started, versions={**versions(), "kernels": kernel_backend(plan_.device)},
+        runtime_s=time.perf_counter() - started, versions={**versions(), "kernels": release.kernels},
         git_sha=git_sha(),
         dataset_fingerprint=clean.fingerprint, synthetic=clean.synthetic, device=str(plan_.device),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

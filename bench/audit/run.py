@@ -8,6 +8,8 @@ from typing import Any, Mapping
 
 import torch
 
+from bench import kernels
+
 from bench.audit.config import AuditConfig
 from bench.audit.distinguish import Rule, choose_rule, fit_statistics
 from bench.audit.maths import clopper_pearson_upper, epsilon_lower_bound, max_demonstrable_epsilon
@@ -101,7 +103,8 @@ def audit_mechanism(mechanism: Mechanism, config: AuditConfig) -> AuditReport:
     selection = min(n, MAX_SELECTION_TRIALS)
     began = time.perf_counter()
     auditor.prepare()
-    with torch.no_grad():
+    work = 2 * (selection + n) * config.channels * config.image_size**2
+    with torch.no_grad(), kernels.using(kernels.choose(config.device, work)):
         first, second = (_observe(auditor, which, 0, selection) for which in (0, 1))
         rule = choose_rule(fit_statistics(first, second), first, second, claim.delta, config.confidence)
         del first, second

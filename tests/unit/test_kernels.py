@@ -118,3 +118,34 @@ def test_a_kernel_over_the_recompile_limit_runs_eagerly_alone(monkeypatch: pytes
     seeds, counters = torch.tensor([5, 6]), torch.arange(9)
     assert torch.equal(fresh(seeds, counters), rng.words(seeds, counters))
     assert fresh._over_limit and kernels.backend("cpu") == "compiled"
+
+
+def test_small_work_runs_eagerly_in_auto_mode_whatever_the_process_did_before(monkeypatch: pytest.MonkeyPatch):
+    assert kernels.choose("cpu", kernels.PAYBACK_VALUES - 1) == "eager"
+    assert kernels.choose("cpu", kernels.PAYBACK_VALUES) == "compiled"
+    monkeypatch.setenv(kernels.ENV, "1")
+    assert kernels.choose("cpu", 10) == "compiled"
+    monkeypatch.setenv(kernels.ENV, "0")
+    assert kernels.choose("cpu", 10**12) == "eager"
+    monkeypatch.setenv(kernels.ENV, "auto")
+
+    @kernels.kernel
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled small work"))
+    with kernels.using(kernels.choose("cpu", 100)):
+        assert torch.equal(double(torch.ones(3)), torch.full((3,), 2.0))
+
+
+def test_a_release_records_the_path_its_kernels_took(tmp_path):
+    from bench.datasets.base import ImageSet, Splits
+    from bench.interfaces import RunContext
+    from bench.release import make_release
+
+    images = torch.randint(0, 256, (8, 3, 16, 16), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    splits = Splits("toy", {"train": ImageSet(images, torch.arange(8))}, "fp")
+    ctx = RunContext(device=torch.device("cpu"), seed=0, profile="smoke", data_root=None, cache_dir=tmp_path)
+    release = make_release(splits, mechanisms.get("dp_pix")(epsilon=1, block=4), ctx)
+    assert release.kernels == "eager"
+    assert make_release(splits, mechanisms.get("dp_pix")(epsilon=1, block=4), ctx).kernels == "eager"  # cached
