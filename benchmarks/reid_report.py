@@ -54,7 +54,8 @@ def load(results_dir: Path, task: str) -> pd.DataFrame:
     ``drop_<metric>``.
     """
     frame = runs_frame(Tracker(results_dir, create=False))
-    frame = frame[frame["task"] == task]
+    frame = frame[(frame["task"] == task) & (frame["eval_split"] == "test")]
+    frame = frame.sort_values("created").drop_duplicates("cell_key", keep="last")  # one row per cell
     rows = []
     for _, row in frame.iterrows():
         params = dict(row["params"] or {})
