@@ -25,7 +25,7 @@ from bench.interfaces import Mechanism, Release, RunContext
 from bench.modelcache import cached_model
 from bench.nn.classify import ClassifierTraining, train_classifier
 from bench.nn.face_cnn import build_face_model
-from bench.nn.images import to_input
+from bench.nn.images import image_batches, to_input
 from bench.nn.threads import cpu_threads
 from bench.seeding import derive_seed, make_generator
 
@@ -221,8 +221,8 @@ def embed_faces(model: torch.nn.Module, images: torch.Tensor, cfg: FaceReidConfi
                 batch: int = 256) -> np.ndarray:
     """Returns the L2-normalised embeddings [N, D] of uint8 face images."""
     model.eval()
-    parts = [model.embed(to_input(images[i : i + batch], cfg.input_size, ctx.device)).cpu()
-             for i in range(0, len(images), batch)]
+    parts = [model.embed(to_input(chunk, cfg.input_size, ctx.device)).cpu()
+             for chunk in image_batches(images, batch, ctx.device)]
     return torch.cat(parts).numpy()
 
 

@@ -7,7 +7,8 @@ Datasets, releases, trained models and fitted mechanism state are cached as *ent
 
 An entry is written into a temporary folder (``.<key>.<host>.<pid>.<random>.tmp``) and
 renamed into place, so a reader never sees a half-written entry and a kill leaves only a
-temporary folder, removed by the next process that opens the cache. ``MANIFEST.json``
+temporary folder, removed by the next process that opens the cache. Files are not synced
+to disk: after a power cut an entry may hold damaged bytes, which verification catches. ``MANIFEST.json``
 records the entry's kind and content key and, per file, its size and xxh3-128 checksum.
 Reading an entry compares the key and verifies every file (once per process per entry, so
 a hit stays cheap); a mismatch, a truncated or unreadable file is reported in one line,
@@ -151,7 +152,6 @@ class Cache:
             manifest = {"format": FORMAT, "kind": kind, "key": key, "describe": describe,
                         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": files}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-            _fsync_tree(tmp)
             if final.exists():
                 remove_entry(final)
             try:
@@ -187,6 +187,21 @@ class Cache:
             obj = build()
             self.save(kind, key, obj, describe)
             return obj, False
+
+    def get_or_write(self, kind: str, key: str, fill: Callable[[Path], None], describe: str = "") -> tuple[Path, bool]:
+        """Returns (the folder of a verified entry, whether it was cached), writing it once with ``fill``.
+
+        For entries of many files (Arrow shards); ``fill(folder)`` writes them. The write
+        holds the entry's lock, so concurrent processes write it once.
+        """
+        found = self.open(kind, key)
+        if found is not None:
+            return found, True
+        with self.lock(kind, key):
+            found = self.open(kind, key)
+            if found is not None:
+                return found, True
+            return self.write(kind, key, fill, describe), False
 
     def lock(self, kind: str, key: str):
         """Returns the build lock of one entry (a context manager)."""
@@ -333,8 +348,3 @@ def _check_name(kind: str, key: str) -> None:
         raise ValueError(f"bad cache entry name {kind!r}/{key!r}")
 
 
-def _fsync_tree(folder: Path) -> None:
-    for file in folder.rglob("*"):
-        if file.is_file():
-            with open(file, "rb") as f:
-                os.fsync(f.fileno())

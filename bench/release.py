@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -11,6 +12,7 @@ from bench import kernels, rng
 from bench.cache import Cache
 from bench.cells import content_key
 from bench.datasets.base import ImageSet, Splits, content_digest
+from bench.datasets.shards import SplitWriter, open_split
 from bench.interfaces import Mechanism, PrivacyClaim, Release, RunContext
 from bench.streams import Streams
 
@@ -19,7 +21,7 @@ BATCH = 1024
 
 BOX_SOURCES = ("dataset", "detect")
 #: Bump when the on-disk layout of a cached release changes, so old caches are not read.
-RELEASE_FORMAT = 3
+RELEASE_FORMAT = 4
 
 
 def release_key(splits: Splits, mechanism: Mechanism, seed: int, boxes: str = "dataset", fitted_on: str = "") -> str:
@@ -74,23 +76,27 @@ def make_release(
         mechanism.fit(data, ctx)
     key = release_key(splits, mechanism, ctx.seed, boxes, fitted_on)
 
-    def build() -> dict[str, Any]:
-        saved: dict[str, Any] = {"images": {}, "metrics": {}}
+    def fill(folder: Path) -> None:
+        meta: dict[str, Any] = {"metrics": {}, "splits": {}}
         total = sum(split.images.numel() for split in splits.sets.values())
-        saved["kernels"] = kernels.choose(ctx.device, total)
+        meta["kernels"] = kernels.choose(ctx.device, total)
         for name, split in splits.sets.items():
-            images, recall = apply_to_split(mechanism, split, ctx, f"release/{name}", detect=boxes == "detect",
-                                            path=saved["kernels"])
-            saved["images"][name] = images
+            sink = SplitWriter(folder / "images" / name, split.images.shape[1:])
+            _, recall = apply_to_split(mechanism, split, ctx, f"release/{name}", detect=boxes == "detect",
+                                       path=meta["kernels"], sink=sink)
+            sink.close()
+            meta["splits"][name] = list(split.images.shape[1:])
             if recall is not None:
-                saved["metrics"][f"detector_recall.{name}"] = recall
-        return saved
+                meta["metrics"][f"detector_recall.{name}"] = recall
+        torch.save(meta, folder / "meta.pt")
 
     describe = f"{type(mechanism).name} {mechanism.config} seed {ctx.seed} of {splits.dataset} {splits.fingerprint}"
-    saved, hit = Cache(ctx.cache_dir).get_or_build("releases", key, build, describe)
+    folder, hit = Cache(ctx.cache_dir).get_or_write("releases", key, fill, describe)
     if hit:
         ctx.log(f"reused cached release {key[:8]}")
-    images, metrics = saved["images"], saved["metrics"]
+    saved = torch.load(folder / "meta.pt", map_location="cpu", weights_only=True)
+    images = {name: open_split(folder / "images" / name, chw) for name, chw in saved["splits"].items()}
+    metrics = saved["metrics"]
     size = tuple(next(iter(splits.sets.values())).images.shape[-2:])
     return Release(
         splits=splits.replace_images(images),
@@ -133,18 +139,20 @@ def benchmark_claim(mechanism: Mechanism, size: tuple[int, int], withheld: tuple
 
 def apply_to_split(
     mechanism: Mechanism, split: ImageSet, ctx: RunContext, purpose: str, batch: int = BATCH, detect: bool = False,
-    path: str | None = None,
-) -> tuple[torch.Tensor, float | None]:
+    path: str | None = None, sink: SplitWriter | None = None,
+) -> tuple[torch.Tensor | None, float | None]:
     """Runs a mechanism over a split in batches on the run's device.
 
     Image ``i`` of the split always draws from the stream of (seed, purpose, i), whatever
     the batch size. Mechanisms that act on faces get the dataset's boxes, or MTCNN's where
     the dataset has none or ``detect`` is set. Fused kernels run ``path`` (``compiled`` or
     ``eager``; by default what :func:`bench.kernels.choose` picks for the split's size).
+    With a ``sink`` the released batches are written to it as they come (a split of any
+    size), else they are returned as one tensor.
 
     Returns:
-        CPU uint8 released images, and the detector's recall against the dataset's boxes
-        (None when no detection ran or the dataset has no boxes).
+        CPU uint8 released images (None with a sink), and the detector's recall against the
+        dataset's boxes (None when no detection ran or the dataset has no boxes).
     """
     boxes, recall = split.boxes, None
     if type(mechanism).uses_boxes and (boxes is None or detect):
@@ -155,7 +163,7 @@ def apply_to_split(
         if boxes is not None:
             recall = detector_recall(detected, boxes)
         boxes = detected
-    out = torch.empty_like(split.images)
+    out = None if sink is not None else torch.empty(tuple(split.images.shape), dtype=torch.uint8)
     path = path or kernels.choose(ctx.device, split.images.numel())
     for start in range(0, len(split), batch):
         images = split.images[start : start + batch].to(ctx.device)
@@ -164,7 +172,10 @@ def apply_to_split(
         with kernels.using(path):
             released = mechanism.apply(images, generator=streams, boxes=chunk_boxes)
         _check_output(mechanism, images, released)
-        out[start : start + len(images)] = released.cpu()
+        if sink is not None:
+            sink.add(released.cpu())
+        else:
+            out[start : start + len(images)] = released.cpu()
     return out, recall
 
 

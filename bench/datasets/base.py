@@ -19,7 +19,9 @@ class ImageSet:
     """Images of one split with their labels.
 
     Attributes:
-        images: uint8 tensor [N, C, H, W] on the CPU.
+        images: uint8 images [N, C, H, W] on the CPU: a tensor, or
+            :class:`bench.datasets.shards.ShardedImages` for a split kept on disk (indexing
+            it reads the selected images; stream it with ``batches``).
         labels: int64 tensor [N]: identity (faces, persons) or class.
         attrs: Attribute name -> int64 tensor [N]; -1 marks a missing label.
         attr_names: Attribute name -> names of its values (index = value).
@@ -37,8 +39,8 @@ class ImageSet:
 
     def __post_init__(self) -> None:
         n = self.images.shape[0]
-        if self.images.dtype != torch.uint8 or self.images.dim() != 4:
-            raise ValueError("ImageSet.images must be a uint8 tensor [N, C, H, W]")
+        if self.images.dtype != torch.uint8 or len(self.images.shape) != 4:
+            raise ValueError("ImageSet.images must be uint8 images [N, C, H, W] (a tensor or ShardedImages)")
         if self.labels.shape != (n,):
             raise ValueError("ImageSet.labels must have shape [N]")
         for name, values in self.attrs.items():
@@ -264,6 +266,84 @@ def cached_splits(cache_dir: Path, dataset: str, key: str, build: Callable[[], A
     return entry["payload"], entry["content"]
 
 
+class SplitsSink:
+    """Where a loader writes its splits into a cache entry: images chunk by chunk, the rest per split.
+
+    Args:
+        folder: The entry's folder (being written).
+    """
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.meta: dict[str, dict[str, Any]] = {}
+        self._writers: dict[str, Any] = {}
+
+    def images(self, split: str, chw: Sequence[int]):
+        """Returns the :class:`~bench.datasets.shards.SplitWriter` of a split's images (add chunks in order)."""
+        from bench.datasets.shards import SplitWriter
+
+        self._writers[split] = SplitWriter(self.folder / "images" / split, chw, digest=True)
+        return self._writers[split]
+
+    def describe(self, split: str, labels: torch.Tensor, attrs: Mapping[str, torch.Tensor] | None = None,
+                 attr_names: Mapping[str, list[str]] | None = None, boxes: list[torch.Tensor] | None = None,
+                 cams: torch.Tensor | None = None) -> None:
+        """Records a split's labels, attributes, boxes and cameras (one entry per image, in order)."""
+        self.meta[split] = {"labels": labels, "attrs": dict(attrs or {}), "attr_names": dict(attr_names or {}),
+                            "boxes": boxes, "cams": cams}
+
+    def put(self, split: str, images: ImageSet, batch: int = 4096) -> None:
+        """Writes a whole in-memory split."""
+        writer = self.images(split, images.images.shape[1:])
+        for start in range(0, len(images), batch):
+            writer.add(images.images[start : start + batch])
+        self.describe(split, images.labels, images.attrs, images.attr_names, images.boxes, images.cams)
+
+    def finish(self, info: Mapping[str, Any]) -> None:
+        """Closes every split and writes ``meta.pt`` with a digest of the whole content."""
+        import xxhash
+
+        h = xxhash.xxh3_128()
+        splits = {}
+        for split, writer in self._writers.items():
+            count = writer.close()
+            if split not in self.meta or len(self.meta[split]["labels"]) != count:
+                raise ValueError(f"split {split!r}: {count} images but labels for "
+                                 f"{len(self.meta.get(split, {}).get('labels', []))}")
+            h.update(f"{split}:{writer.chw}:{writer.digest()}:{content_digest(self.meta[split])}".encode())
+            splits[split] = {**self.meta[split], "chw": list(writer.chw)}
+        torch.save({"splits": splits, "info": dict(info), "content": h.hexdigest()[:16]}, self.folder / "meta.pt")
+
+
+def cached_sharded_splits(
+    cache_dir: Path, dataset: str, key: str, build: Callable[[SplitsSink], Mapping[str, Any]]
+) -> tuple[dict[str, ImageSet], str, dict[str, Any]]:
+    """Returns a real dataset's splits kept in Arrow shards (decoded once), their fingerprint and info.
+
+    ``build(sink)`` decodes the data into the sink (images chunk by chunk, so a dataset
+    larger than memory streams through) and returns the info; the entry is verified like
+    every cache entry. Splits smaller than ``MATERIALIZE_BYTES`` are read into memory.
+
+    Returns:
+        Split -> images (``ShardedImages`` or tensors), the content fingerprint (pixels and
+        labels), and the info.
+    """
+    from bench.cache import Cache
+    from bench.datasets.shards import open_split
+
+    def fill(folder: Path) -> None:
+        sink = SplitsSink(folder)
+        sink.finish(build(sink))
+
+    folder, _ = Cache(cache_dir).get_or_write(f"datasets/{dataset}", key, fill, describe=dataset)
+    meta = torch.load(folder / "meta.pt", map_location="cpu", weights_only=True)
+    sets = {}
+    for split, fields in meta["splits"].items():
+        chw = fields.pop("chw")
+        sets[split] = ImageSet(images=open_split(folder / "images" / split, chw), **fields)
+    return sets, meta["content"], meta["info"]
+
+
 def content_digest(payload: Any) -> str:
     """Returns a 16-hex-digit digest of a payload's tensors and values (its ``info`` left out).
 
@@ -280,6 +360,10 @@ def content_digest(payload: Any) -> str:
             h.update(f"{where}:{t.dtype}:{tuple(t.shape)}".encode())
             if t.numel():
                 h.update(t.view(-1).view(torch.uint8).numpy().data)
+        elif hasattr(obj, "batches"):  # images kept on disk: hashed as the tensor they stand for
+            h.update(f"{where}:{obj.dtype}:{tuple(obj.shape)}".encode())
+            for batch in obj.batches(4096):
+                h.update(batch.reshape(-1).numpy().data)
         elif isinstance(obj, Mapping):
             for k in sorted(obj, key=str):
                 if not (where == "" and k == "info"):

@@ -25,7 +25,8 @@ from bench.datasets.base import (
     ImageSet,
     Splits,
     SplitShape,
-    cached_splits,
+    SplitsSink,
+    cached_sharded_splits,
     fingerprint,
     source_fingerprint,
 )
@@ -91,15 +92,15 @@ class CelebA(Dataset):
             *["\n".join(selection[s]) for s in SPLITS],
             source_fingerprint([files["images"] / f for s in SPLITS for f in selection[s]]),  # type: ignore[operator]
         )
-        data, content = cached_splits(cache_dir, "celeba", key, lambda: _build(files, selection, dict(zip(names, identities)), opts))
-        sets = {s: _image_set(data, s) for s in SPLITS}
+        sets, content, built = cached_sharded_splits(
+            cache_dir, "celeba", key, _shard_builder(files, selection, dict(zip(names, identities)), opts))
         info = {
             "source": str(files["images"].parent),
             "images": IMAGE_DIRS[opts["images"]],
             "options": opts,
             "n_ids": {s: int(t.labels.unique().numel()) for s, t in sets.items()},
             "n_images": {s: len(t) for s, t in sets.items()},
-            "boxes": data["box_source"],
+            "boxes": built["box_source"],
         }
         return Splits(dataset=self.name, sets=sets, fingerprint=content, synthetic=False, info=info)
 
@@ -119,8 +120,9 @@ class CelebA(Dataset):
         picked = {"train": chosen, "val": [], "test": []}
         key = fingerprint("celeba-public", LOADER_VERSION, sorted(opts.items()), _file_digest(files[IDENTITY]),
                           "\n".join(chosen), source_fingerprint([files["images"] / f for f in chosen]))  # type: ignore[operator]
-        data, _ = cached_splits(cache_dir, "celeba", key, lambda: _build(files, picked, dict(zip(names, identities)), opts))
-        return _image_set(data, "train")
+        sets, _, _ = cached_sharded_splits(cache_dir, "celeba", key,
+                                           _shard_builder(files, picked, dict(zip(names, identities)), opts, ("train",)))
+        return sets["train"]
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
         """Finds the files, selects identities and returns the splits' shapes (reads annotations only)."""
@@ -462,6 +464,18 @@ def _transform_boxes(boxes: np.ndarray, sizes: np.ndarray, crop: int | None, siz
         out[i, 0::2] = (boxes[i, 0::2] - left) * (size / w)
         out[i, 1::2] = (boxes[i, 1::2] - top) * (size / h)
     return np.clip(out, 0, size)
+
+
+def _shard_builder(files, selection, identity, opts, splits: Sequence[str] = SPLITS):
+    """Returns the build function of :func:`cached_sharded_splits`: decode, then write the splits."""
+
+    def build(sink: SplitsSink) -> dict[str, Any]:
+        data = _build(files, selection, identity, opts)
+        for split in splits:
+            sink.put(split, _image_set(data, split))
+        return {"box_source": data["box_source"]}
+
+    return build
 
 
 def _image_set(data: Mapping[str, Any], split: str) -> ImageSet:

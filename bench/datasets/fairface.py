@@ -14,14 +14,20 @@ from typing import Any, Mapping
 
 import torch
 
-from bench.datasets.base import Dataset, ImageSet, Splits, cached_splits, fingerprint, source_fingerprint
+from bench.datasets.base import (
+    Dataset,
+    ImageSet,
+    Splits,
+    SplitsSink,
+    cached_sharded_splits,
+    fingerprint,
+    source_fingerprint,
+)
 from bench.datasets.market1501 import (
     check_options,
     decode_images,
-    from_payload,
     image_size,
     positive_int,
-    to_payload,
 )
 from bench.errors import BenchError
 from bench.registry import register_dataset
@@ -156,7 +162,7 @@ class FairFace(Dataset):
         fp = fingerprint(self.name, FORMAT_VERSION, csv_bytes, selected, size,
                          source_fingerprint([image_dir / f for files in selected.values() for f in files]))
 
-        def build() -> dict[str, Any]:
+        def build(sink: SplitsSink) -> dict[str, Any]:
             sets = {
                 split: self._read_split(split, image_dir, files, codes, size) for split, (files, codes) in labels.items()
             }
@@ -166,10 +172,12 @@ class FairFace(Dataset):
                 "size": list(size),
                 "images": {split: len(s) for split, s in sets.items()},
             }
-            return to_payload(sets, info)
+            for split, images in sets.items():
+                sink.put(split, images)
+            return info
 
-        payload, content = cached_splits(cache_dir, self.name, fp, build)
-        return Splits(self.name, from_payload(payload), content, synthetic=False, info=payload["info"])
+        sets, content, info = cached_sharded_splits(cache_dir, self.name, fp, build)
+        return Splits(self.name, sets, content, synthetic=False, info=info)
 
     def _read_split(
         self, split: str, image_dir: Path, files: list[str], codes: dict[str, list[int]], size: tuple[int, int]

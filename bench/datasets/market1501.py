@@ -37,7 +37,8 @@ from bench.datasets.base import (
     ImageSet,
     Splits,
     SplitShape,
-    cached_splits,
+    SplitsSink,
+    cached_sharded_splits,
     fingerprint,
     source_fingerprint,
 )
@@ -368,7 +369,7 @@ class Market1501(Dataset):
         sources = source_fingerprint([im.path for ims in selected.values() for im in ims])
         fp = fingerprint(self.name, FORMAT_VERSION, files, attr_id, size, sources)
 
-        def build() -> dict[str, Any]:
+        def build(sink: SplitsSink) -> dict[str, Any]:
             table = read_attributes(attr_path) if attr_path else None
             sets = {split: self._read_split(split, images, size, table) for split, images in selected.items()}
             info = {
@@ -381,10 +382,12 @@ class Market1501(Dataset):
                     for split, images in selected.items()
                 },
             }
-            return to_payload(sets, info)
+            for split, images in sets.items():
+                sink.put(split, images)
+            return info
 
-        payload, content = cached_splits(cache_dir, self.name, fp, build)
-        return Splits(self.name, from_payload(payload), content, synthetic=False, info=payload["info"])
+        sets, content, info = cached_sharded_splits(cache_dir, self.name, fp, build)
+        return Splits(self.name, sets, content, synthetic=False, info=info)
 
     def _read_split(
         self, split: str, images: list[MarketImage], size: tuple[int, int], table: dict[int, tuple[int, int]] | None

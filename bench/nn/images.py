@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any, Iterator
+
 import torch
 import torch.nn.functional as F
+import torch.utils.data
 
 
 def to_input(images: torch.Tensor, size: int | tuple[int, int] | None, device: torch.device) -> torch.Tensor:
@@ -25,6 +29,62 @@ def to_input(images: torch.Tensor, size: int | tuple[int, int] | None, device: t
 def prepare(images: torch.Tensor, size: int | tuple[int, int] | None, device: torch.device, batch: int = 2048) -> torch.Tensor:
     """Like :func:`to_input` over a whole split, in chunks to bound peak memory."""
     return torch.cat([to_input(images[i : i + batch], size, device) for i in range(0, len(images), batch)])
+
+
+def image_batches(images: Any, batch: int, device: torch.device | str, workers: int | None = None) -> Iterator[torch.Tensor]:
+    """Streams uint8 images to ``device`` in order, ``batch`` at a time.
+
+    In-memory tensors are sliced. Images kept on disk (:class:`~bench.datasets.shards.ShardedImages`)
+    go through a ``DataLoader`` whose worker processes read the next batches while this one
+    is used (pinned memory and non-blocking copies on CUDA), so a split of any size costs
+    a few batches of memory.
+
+    Args:
+        images: uint8 images [N, C, H, W]: a tensor or ``ShardedImages``.
+        batch: Images per batch.
+        device: Where the batches go.
+        workers: Reader processes for images on disk (default: up to 2, fewer on fewer cores).
+    """
+    device = torch.device(device)
+    if isinstance(images, torch.Tensor):
+        for start in range(0, len(images), batch):
+            yield images[start : start + batch].to(device)
+        return
+    from torch.utils.data import DataLoader
+
+    workers = min(2, max(0, (os.cpu_count() or 1) - 1)) if workers is None else workers
+    loader = DataLoader(_Ranges(images, batch), batch_size=None, num_workers=workers,
+                        pin_memory=device.type == "cuda", prefetch_factor=2 if workers else None)
+    for chunk in loader:
+        yield chunk.to(device, non_blocking=True)
+
+
+class _Ranges(torch.utils.data.Dataset):
+    """Batch ``i`` of a disk-backed image array (the DataLoader's unit of work)."""
+
+    def __init__(self, images: Any, batch: int):
+        self.images, self.batch = images, batch
+
+    def __len__(self) -> int:
+        return (len(self.images) + self.batch - 1) // self.batch
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.images[i * self.batch : (i + 1) * self.batch]
+
+
+@torch.no_grad()
+def embed_images(model: torch.nn.Module, images: Any, size: int | tuple[int, int] | None, device: torch.device,
+                 batch: int = 512) -> torch.Tensor:
+    """Runs a model in eval mode over uint8 images streamed in batches; returns [N, D] on ``device``.
+
+    The same numbers as ``embed(model, prepare(images, size, device), batch)``: inputs are
+    converted image by image and the model sees the same batches.
+    """
+    was_training = model.training
+    model.eval()
+    out = torch.cat([model(to_input(chunk, size, device)) for chunk in image_batches(images, batch, device)])
+    model.train(was_training)
+    return out
 
 
 @torch.no_grad()
