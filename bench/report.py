@@ -54,6 +54,13 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
     lines.append("claim: " + (claim_text(claim) if claim else "none (no formal guarantee)"))
     if claim and claim.get("note"):
         lines.append(f"  note: {claim['note']}")
+    chain = result.images
+    if chain:
+        native = chain["native"]["median"]
+        upscaled = f"; {chain['upscaled']} upscaled before the mechanism" if chain.get("upscaled") else ""
+        lines.append(f"images: native {native[0]}x{native[1]} (median) -> stored {chain['stored'][0]}x"
+                     f"{chain['stored'][1]} (the mechanism runs here) -> task input {chain['task_input'][0]}x"
+                     f"{chain['task_input'][1]}{upscaled}")
     lines.append(f"runtime: {result.runtime_s:.1f} s on {result.device}   cell {result.cell_key}")
     if run_id:
         lines.append(f"logged: MLflow run {run_id}" + (f" in {where}" if where else ""))

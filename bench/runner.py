@@ -186,6 +186,12 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
     )
     log(f"loading {plan_.task.dataset}")
     clean = load_dataset(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache, cfg.verify_data)
+    chain = image_chain(clean, plan_.task)
+    if chain["upscaled"]:
+        print(f"bench: warning: {chain['upscaled']} {plan_.task.dataset} image(s) were upscaled to "
+              f"{chain['stored'][0]}x{chain['stored'][1]} before the mechanism ran (smallest native "
+              f"{chain['native']['min'][0]}x{chain['native']['min'][1]}): the mechanism sees interpolated pixels",
+              file=sys.stderr, flush=True)
     log(f"releasing {plan_.task.dataset} through {cfg.mechanism}")
     boxes = cfg.overrides.get("release", {}).get("boxes", "dataset")
     dataset = dataset_registry.get(plan_.task.dataset)()
@@ -213,9 +219,24 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         git_sha=git_sha(),
         dataset_fingerprint=clean.fingerprint, synthetic=clean.synthetic, device=str(plan_.device),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        release_metrics=dict(release.metrics),
+        release_metrics=dict(release.metrics), images=chain,
     )
     return CellOutput(result, clean, release)
+
+
+def image_chain(clean: Splits, task: Task) -> dict[str, Any]:
+    """Returns the sizes images pass through: native (as read), stored (where the mechanism runs), task input.
+
+    ``upscaled`` counts images the loader enlarged to the stored size (from the dataset's
+    ``info["images"]``, written by :func:`bench.datasets.base.size_report`).
+    """
+    first = next(iter(clean.sets.values())).images
+    stored = [int(first.shape[-2]), int(first.shape[-1])]
+    reported = clean.info.get("images") or {}
+    native = reported.get("native") or {"min": stored, "median": stored, "max": stored}
+    task_input = task.input_size()
+    return {"native": native, "stored": stored, "mechanism_at": "stored",
+            "task_input": list(task_input) if task_input else stored, "upscaled": int(reported.get("upscaled", 0))}
 
 
 def attack_flags(outcomes: dict[str, AttackOutcome]) -> dict[str, str]:

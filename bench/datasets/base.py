@@ -198,6 +198,33 @@ class Dataset(abc.ABC):
 _VERIFY_BYTES: contextvars.ContextVar[bool] = contextvars.ContextVar("verify_bytes", default=False)
 
 
+def size_report(native_hw: Any, source_hw: Any, stored_hw: Sequence[int]) -> dict[str, Any]:
+    """Describes what happened to image sizes on the way into the cache (``Splits.info["images"]``).
+
+    Args:
+        native_hw: [N, 2] (height, width) of the images as read.
+        source_hw: [N, 2] (height, width) of the region each image was resized from (the
+            crop; the whole image when none).
+        stored_hw: (height, width) stored.
+
+    Returns:
+        ``native`` (min / median / max height and width), ``stored``, and ``upscaled``: how
+        many images were enlarged to reach the stored size (a mechanism then runs on
+        interpolated pixels, not on the pixels of the source).
+    """
+    import numpy as np
+
+    native = np.asarray(native_hw, dtype=np.int64).reshape(-1, 2)
+    source = np.asarray(source_hw, dtype=np.int64).reshape(-1, 2)
+    stored = [int(stored_hw[0]), int(stored_hw[1])]
+    if not len(native):
+        return {"native": None, "stored": stored, "upscaled": 0}
+    stats = {name: [int(v) for v in fn(native, axis=0)] for name, fn in
+             (("min", np.min), ("median", np.median), ("max", np.max))}
+    upscaled = int(((source[:, 0] < stored[0]) | (source[:, 1] < stored[1])).sum())
+    return {"native": stats, "stored": stored, "upscaled": upscaled}
+
+
 def load_dataset(name: str, root: Path | None, options: Mapping[str, Any], cache_dir: Path,
                  verify_data: bool = False) -> Splits:
     """Loads a registered dataset by name.

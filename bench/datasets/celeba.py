@@ -28,13 +28,14 @@ from bench.datasets.base import (
     SplitsSink,
     cached_sharded_splits,
     fingerprint,
+    size_report,
     source_fingerprint,
 )
 from bench.errors import BenchError
 from bench.registry import register_dataset
 from bench.seeding import make_generator
 
-LOADER_VERSION = 1
+LOADER_VERSION = 2
 
 IDENTITY = "identity_CelebA.txt"
 ATTRIBUTES = "list_attr_celeba.txt"
@@ -100,7 +101,11 @@ class CelebA(Dataset):
             "options": opts,
             "n_ids": {s: int(t.labels.unique().numel()) for s, t in sets.items()},
             "n_images": {s: len(t) for s, t in sets.items()},
-            "boxes": built["box_source"],
+            "boxes": f"{built['box_source'] or 'none'}" + ("" if opts["images"] == "wild" else
+                                                          " (list_bbox_celeba.txt describes the in-the-wild images; not used)"),
+            "split": ("the official partition (list_eval_partition.txt)" if opts["split_by"] == "official" else
+                      "random identity-disjoint (set task.data.split_by=official for list_eval_partition.txt)"),
+            "images": built["images"],
         }
         return Splits(dataset=self.name, sets=sets, fingerprint=content, synthetic=False, info=info)
 
@@ -369,6 +374,8 @@ def _build(
     if not np.isin(attr_values, (-1, 1)).all():
         raise BenchError(f"celeba: {files[ATTRIBUTES]}: attribute values must be -1 or 1")
     images, sizes = decode(files["images"], wanted, opts["crop"], opts["size"])  # type: ignore[arg-type]
+    cropped = np.array([_crop_box(w, h, opts["crop"])[2:][::-1] for w, h in sizes]).reshape(-1, 2)
+    report = size_report(sizes[:, ::-1], cropped, (opts["size"], opts["size"]))
     boxes, source = _boxes(files, wanted, sizes, opts)
     positive = torch.from_numpy((attr_values > 0).astype(np.int64))
     attrs = {name.lower(): positive[:, j].contiguous() for j, name in enumerate(attr_names)}
@@ -381,7 +388,8 @@ def _build(
         bounds[s] = (lo, lo + len(selection[s]))
         lo += len(selection[s])
     labels = torch.tensor([identity[f] for f in wanted], dtype=torch.int64)
-    return {"images": images, "labels": labels, "attrs": attrs, "boxes": boxes, "box_source": source, "bounds": bounds}
+    return {"images": images, "labels": labels, "attrs": attrs, "boxes": boxes, "box_source": source, "bounds": bounds,
+            "sizes": report}
 
 
 def _crop_box(width: int, height: int, crop: int | None) -> tuple[int, int, int, int]:
@@ -473,7 +481,7 @@ def _shard_builder(files, selection, identity, opts, splits: Sequence[str] = SPL
         data = _build(files, selection, identity, opts)
         for split in splits:
             sink.put(split, _image_set(data, split))
-        return {"box_source": data["box_source"]}
+        return {"box_source": data["box_source"], "images": data["sizes"]}
 
     return build
 

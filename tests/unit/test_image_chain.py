@@ -1,0 +1,39 @@
+"""What happens to image sizes is recorded, and upscaling before the mechanism is reported."""
+
+from __future__ import annotations
+
+import torch
+
+from bench.datasets.base import ImageSet, Splits, size_report
+from bench.registry import tasks
+from bench.runner import image_chain
+from tests.fixtures.celeba_fixture import write_celeba
+
+
+def test_size_report_counts_images_enlarged_to_the_stored_size():
+    native = [[218, 178], [28, 23], [400, 300]]
+    source = [[176, 176], [23, 23], [300, 300]]
+    report = size_report(native, source, (84, 84))
+    assert report == {"native": {"min": [28, 23], "median": [218, 178], "max": [400, 300]}, "stored": [84, 84],
+                      "upscaled": 1}
+    assert size_report([], [], (8, 8))["upscaled"] == 0
+
+
+def test_the_chain_of_a_synthetic_cell_is_its_stored_size_and_the_task_input():
+    images = torch.zeros(4, 3, 64, 64, dtype=torch.uint8)
+    splits = Splits("synth_faces", {"test": ImageSet(images, torch.arange(4))}, "fp")
+    chain = image_chain(splits, tasks.get("fewshot_synth_faces")("quick"))
+    assert chain["stored"] == [64, 64] and chain["task_input"] == [32, 32] and chain["upscaled"] == 0
+    assert chain["native"]["median"] == [64, 64] and chain["mechanism_at"] == "stored"
+
+
+def test_celeba_records_native_sizes_and_small_images_upscaled(tmp_path):
+    from bench.datasets.celeba import CelebA
+
+    fx = write_celeba(tmp_path / "data", n_ids=4, per_id=3, small_ids=0)
+    options = {"min_images": 3, "size": 200, "crop": 176, "split_fractions": (0.5, 0.25, 0.25)}
+    splits = CelebA().load(fx.root, options, tmp_path / "cache")
+    report = splits.info["images"]
+    total = sum(len(s) for s in splits.sets.values())
+    assert report["stored"] == [200, 200] and report["upscaled"] == total  # a 176 crop enlarged to 200: every image
+    assert "not used" in splits.info["boxes"] and "split_by=official" in splits.info["split"]
