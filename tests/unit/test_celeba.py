@@ -277,3 +277,12 @@ def test_decode_centre_crops_then_resizes(tmp_path):
 def test_bad_options(options):
     with pytest.raises(BenchError):
         celeba.resolve_options(options)
+
+
+def test_too_few_images_per_identity_names_the_setting_to_lower(tmp_path):
+    fx = write_celeba(tmp_path / "data", n_ids=4, per_id=3, small_ids=0)
+    with pytest.raises(BenchError) as exc:
+        CelebA().load(fx.root, {"min_images": 30}, tmp_path / "cache")
+    message = one_line(exc)
+    assert "min_images=30" in message and "the most any identity has is 3" in message
+    assert "--set task.data.min_images=N" in message
