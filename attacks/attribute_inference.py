@@ -16,20 +16,21 @@ and number of test images), so the attack's privacy score is its worst attribute
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 import torch
 
+from bench.benchmarks import declared_attributes
 from bench.cells import content_key
-from bench.config import build_config, setting
+from bench.config import setting
 from bench.datasets.base import ImageSet, Splits
 from bench.errors import BenchError
 from bench.interfaces import Attack, AttackOutcome, Release, RunContext
 from bench.modelcache import cached_model
 from bench.nn.augment import augment
 from bench.nn.classify import ClassifierTraining, train_classifier
-from bench.nn.images import embed, prepare
+from bench.nn.images import embed_images
 from bench.nn.resnet import ARCHS, AttributeNet, check_weights
 from bench.nn.threads import cpu_threads
 from bench.registry import register_attack
@@ -44,8 +45,8 @@ class AttributeConfig:
     """Settings of one attribute_inference profile (``attacks/presets/attribute_inference.yaml``).
 
     Attributes:
-        attributes: Attributes to infer; None takes ``dataset_attributes`` of the dataset.
-        dataset_attributes: Dataset name -> its default attributes (the paper's choice).
+        attributes: Attributes to infer; None: those the benchmark declares (the paper's
+            choice: gender on Market-1501, gender / age / race on FairFace).
         arch: ResNet backbone.
         weights: Local ImageNet weights of the backbone, or None to train from scratch.
         input_height: Network input height, the width keeping the images' aspect ratio;
@@ -60,8 +61,7 @@ class AttributeConfig:
         threads: CPU threads while training and testing (None: torch's setting).
     """
 
-    attributes: tuple | None = None
-    dataset_attributes: dict = field(default_factory=dict)
+    attributes: tuple[str, ...] | None = None
     arch: str = "resnet50"
     weights: str | None = None
     input_height: int | None = setting(None, low=8)
@@ -71,7 +71,7 @@ class AttributeConfig:
     weight_decay: float = setting(5e-4, low=0)
     pad: int = setting(4, low=0)
     train_split: str = "train"
-    test_splits: tuple | None = None
+    test_splits: tuple[str, ...] | None = None
     threads: int | None = setting(None, low=1)
 
     def training_part(self) -> dict[str, Any]:
@@ -103,15 +103,6 @@ class CleanAttribute:
         return AttackOutcome(metrics=metrics, value=acc, clean=self.acc, chance=self.majority, trials=self.test_images)
 
 
-def parse_names(value: Any) -> tuple[str, ...] | None:
-    """Reads names given as a sequence, a comma-separated string, or none."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in {"none", "null"}):
-        return None
-    if isinstance(value, str):
-        return tuple(v.strip() for v in value.split(",") if v.strip())
-    return tuple(str(v) for v in value)
-
-
 @register_attack("attribute_inference")
 class AttributeInference(Attack):
     """ResNet + linear classifier of demographic attributes trained on released images."""
@@ -125,14 +116,12 @@ class AttributeInference(Attack):
     primary: ClassVar[str] = "acc"
     description = "ResNet + linear head trained on released images to predict gender (age, race); accuracy vs majority class"
 
+    config_class: ClassVar[type] = AttributeConfig
+    config: AttributeConfig
+
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
         super().__init__(profile, overrides)
-        values = self.settings()
         owner = "attack 'attribute_inference'"
-        for key in ("attributes", "test_splits"):
-            if key in values:
-                values[key] = parse_names(values[key])
-        self.config: AttributeConfig = build_config(AttributeConfig, values, owner)
         if self.config.arch not in ARCHS:
             raise BenchError(f"{owner}: unknown arch {self.config.arch!r} (available: {', '.join(ARCHS)})")
         check_weights(self.config.weights, owner)
@@ -141,17 +130,22 @@ class AttributeInference(Attack):
         """Returns the resolved profile settings."""
         return asdict(self.config)
 
-    def attributes_for(self, dataset: str) -> tuple[str, ...]:
-        """Returns the attributes attacked on a dataset.
+    def attributes_for(self, dataset: str, ctx: RunContext) -> tuple[str, ...]:
+        """Returns the attributes attacked: ``attributes``, else those the run's benchmark declares.
+
+        Args:
+            dataset: The dataset attacked (names the benchmark when the run does not).
+            ctx: The run.
 
         Raises:
-            BenchError: Neither ``attributes`` nor a default for this dataset is set.
+            BenchError: Neither ``attributes`` nor the benchmark names any.
         """
-        names = self.config.attributes or parse_names(self.config.dataset_attributes.get(dataset))
+        names = self.config.attributes or declared_attributes(ctx, dataset, "attribute_inference")
         if not names:
-            raise BenchError(f"attribute_inference: no attributes given for dataset {dataset!r} "
+            where = f"benchmark {ctx.benchmark!r}" if ctx.benchmark else f"dataset {dataset!r}"
+            raise BenchError(f"attribute_inference: no attributes declared for {where} "
                              f"(use --set attribute_inference.attributes=gender)")
-        return names
+        return tuple(names)
 
     def test_splits(self, clean: Splits, ctx: RunContext) -> tuple[str, ...]:
         """Returns the splits the attack is tested on: ``test_splits``, else the evaluated split
@@ -179,7 +173,7 @@ class AttributeInference(Attack):
         released_key = ("clean", clean.fingerprint) if released.is_clean else ("release", released.key)
         parts: dict[str, AttackOutcome] = {}
         with cpu_threads(self.config.threads):
-            for attr in self.attributes_for(clean.dataset):
+            for attr in self.attributes_for(clean.dataset, ctx):
                 parts[attr] = self._attack(attr, clean, released, released_key, test_splits, ctx)
         metrics = {name: value for part in parts.values() for name, value in part.metrics.items()}
         first = next(iter(parts.values()))
@@ -261,7 +255,7 @@ class AttributeInference(Attack):
     @torch.no_grad()
     def accuracy(self, model: torch.nn.Module, test: ImageSet, ctx: RunContext) -> float:
         """Returns the fraction of test images whose attribute the model predicts."""
-        logits = embed(model, prepare(test.images, self.input_size(test.images), ctx.device), batch=256)
+        logits = embed_images(model, test.images, self.input_size(test.images), ctx.device, batch=256)
         return float((logits.argmax(1).cpu() == test.labels).float().mean())
 
     def _model(self, attr: str, values: int, train: ImageSet, data_key: tuple, ctx: RunContext) -> torch.nn.Module:

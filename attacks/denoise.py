@@ -26,9 +26,10 @@ from typing import Any, ClassVar
 import torch
 
 from attacks._reid_pipeline import Targets, clean_reference, find_targets, known_mechanism
-from attacks.attribute_inference import AttributeInference, parse_names
+from attacks.attribute_inference import AttributeInference
 from attacks.face_reid import FaceReid
-from bench.config import build_config, setting
+from bench.benchmarks import declared_targets
+from bench.config import setting
 from bench.datasets.base import Splits
 from bench.errors import BenchError
 from bench.interfaces import Attack, AttackOutcome, Release, RunContext
@@ -41,6 +42,8 @@ from bench.release import apply_to_split
 from bench.seeding import derive_seed
 
 MODEL_VERSION = 1
+QUALITY_IMAGES = 2000
+"""Released test images SSIM/PSNR are measured on (spread over the test splits), bounding memory."""
 TARGETS = ("identity", "attributes")
 
 
@@ -58,9 +61,8 @@ class DenoiseConfig:
         batch_size: Pairs per step.
         lr: Adam learning rate.
         train_split: The adversary's own images (disjoint identities from the targets).
-        targets: What is attacked after denoising (``identity``, ``attributes``); None
-            takes ``dataset_targets`` of the dataset.
-        dataset_targets: Dataset name -> its default targets.
+        targets: What is attacked after denoising (``identity``, ``attributes``); None:
+            what the benchmark declares (its attributes where it has some, else identity).
         reid: Settings of the face re-identification pipeline that differ from
             ``face_reid``'s preset (none by default, so its cached embedder is shared).
         attributes: Settings of the attribute classifiers that differ from
@@ -77,8 +79,7 @@ class DenoiseConfig:
     batch_size: int = setting(64, low=1)
     lr: float = setting(1e-3, low=0, low_open=True)
     train_split: str = "train"
-    targets: tuple | None = None
-    dataset_targets: dict = field(default_factory=dict)
+    targets: tuple[str, ...] | None = None
     reid: dict = field(default_factory=dict)
     attributes: dict = field(default_factory=dict)
     threads: int | None = setting(None, low=1)
@@ -116,13 +117,11 @@ class Denoise(Attack):
                    "(or attribute inference) of denoised releases")
     validation: ClassVar[bool] = True
 
+    config_class: ClassVar[type] = DenoiseConfig
+    config: DenoiseConfig
+
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
         super().__init__(profile, overrides)
-        values = self.settings()
-        owner = f"attack {self.name!r}"
-        if "targets" in values:
-            values["targets"] = parse_names(values["targets"])
-        self.config: DenoiseConfig = build_config(DenoiseConfig, values, owner)
         _check_targets(self.config.targets or ())
         self.reid = FaceReid(profile, self.config.reid)
         self.attribute = AttributeInference(profile, self.config.attributes)
@@ -131,23 +130,26 @@ class Denoise(Attack):
         """Returns the resolved settings, with those of the pipelines that follow the denoiser."""
         return {**asdict(self.config), "reid": self.reid.config_dict(), "attributes": self.attribute.config_dict()}
 
-    def targets_for(self, dataset: str) -> tuple[str, ...]:
-        """Returns what is attacked on a dataset after denoising.
+    def targets_for(self, dataset: str, ctx: RunContext) -> tuple[str, ...]:
+        """Returns what is attacked after denoising: ``targets``, else what the run's benchmark declares.
+
+        Args:
+            dataset: The dataset attacked (names the benchmark when the run does not).
+            ctx: The run.
 
         Raises:
-            BenchError: Neither ``targets`` nor a default for this dataset is set, or a
-                default names an unknown target.
+            BenchError: Neither ``targets`` nor a benchmark names any.
         """
-        names = self.config.targets or parse_names(self.config.dataset_targets.get(dataset))
+        names = self.config.targets or declared_targets(ctx, dataset, self.name)
         if not names:
-            raise BenchError(f"attack 'denoise': no targets for dataset {dataset!r} "
+            raise BenchError(f"attack 'denoise': no benchmark declares targets for dataset {dataset!r} "
                              f"(use --set denoise.targets=identity or attributes)")
         _check_targets(names)
         return names
 
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
         """Trains (or reuses) the denoiser and attacks denoised and raw releases."""
-        targets = self.targets_for(clean.dataset)
+        targets = self.targets_for(clean.dataset, ctx)
         denoiser = None if released.is_clean else self._denoiser(clean, released, ctx)
         parts: dict[str, AttackOutcome] = {}
         attacked: list[Attacked] = []
@@ -242,16 +244,24 @@ class Denoise(Attack):
             denoised = {name: self._denoise(denoiser, released.splits[name].images) for name in test_splits}
         parts: dict[str, AttackOutcome] = {}
         with cpu_threads(attack.config.threads):
-            for attr in attack.attributes_for(clean.dataset):
+            for attr in attack.attributes_for(clean.dataset, ctx):
                 reference = attack.clean_classifier(attr, clean, test_splits, ctx)
                 raw = attack.accuracy(reference.model, attack.test_set(released.splits, attr, test_splits), ctx)
                 acc = raw if denoised is None else attack.accuracy(
                     reference.model, attack.test_set(released.splits, attr, test_splits, denoised), ctx)
                 parts[attr] = reference.outcome(attr, acc, **{f"acc_raw_{attr}": raw})
-        raw_images = torch.cat([released.splits[name].images for name in test_splits])
-        clean_images = torch.cat([clean[name].images for name in test_splits])
-        denoised_images = None if denoised is None else torch.cat([denoised[name] for name in test_splits])
+        pick = {name: _spread(len(clean[name]), QUALITY_IMAGES // len(test_splits)) for name in test_splits}
+        raw_images = torch.cat([released.splits[name].images[pick[name]] for name in test_splits])
+        clean_images = torch.cat([clean[name].images[pick[name]] for name in test_splits])
+        denoised_images = None if denoised is None else torch.cat([denoised[name][pick[name]] for name in test_splits])
         return parts, Attacked(raw_images, denoised_images, clean_images)
+
+
+def _spread(count: int, most: int) -> torch.Tensor:
+    """Returns up to ``most`` indices spread evenly over ``count`` images (all of them if fewer)."""
+    if count <= most:
+        return torch.arange(count)
+    return torch.linspace(0, count - 1, most).round().long()
 
 
 def _check_targets(names: tuple[str, ...]) -> None:

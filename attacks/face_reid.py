@@ -30,7 +30,7 @@ from attacks._reid_pipeline import (
     find_targets,
     known_mechanism,
 )
-from bench.config import build_config, deep_merge, load_preset, setting
+from bench.config import deep_merge, load_preset, setting
 from bench.datasets.base import DataShape, Splits
 from bench.errors import BenchError
 from bench.interfaces import Attack, AttackOutcome, Release, RunContext
@@ -49,10 +49,6 @@ class FaceReid(Attack):
     description = "embedding network trained on clean faces + SVC enrolled on clean images; top-1 on released probes"
     validation: ClassVar[bool] = True
     config_class: ClassVar[type] = FaceReidConfig
-
-    def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
-        super().__init__(profile, overrides)
-        self.config: FaceReidConfig = build_config(self.config_class, self.settings(), f"attack {self.name!r}")
 
     def config_dict(self) -> dict[str, Any]:
         """Returns the resolved profile settings."""

@@ -4,38 +4,40 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 from dataclasses import dataclass
-from pathlib import Path
 from importlib import resources
-from typing import Any, Mapping, TypeVar
+from pathlib import Path
+from typing import Any, Iterable, Mapping, TypeVar
 
 import yaml
 
+from bench.coerce import NONE_WORDS, coerce, dataclass_type, field_default, field_types, is_mapping, is_optional
 from bench.errors import BenchError
 
 PROFILES = ("smoke", "quick", "paper")
 C = TypeVar("C")
 
 
-def load_preset(package: str, name: str, profile: str) -> dict[str, Any]:
+def load_preset(package: str, name: str, profile: str, owner: str = "") -> dict[str, Any]:
     """Returns a preset's ``defaults`` merged with one profile's section.
 
     Args:
         package: Package holding ``presets/<name>.yaml`` (e.g. ``"tasks"``).
         name: The preset file's stem (usually the task or attack name).
         profile: Section to merge over the defaults.
+        owner: Whose preset it is, for messages (default: ``<package> '<name>'``).
 
     Raises:
-        BenchError: The profile is not in the preset.
+        BenchError: The preset file is missing, or has no such profile.
     """
+    owner = owner or f"{package} {name!r}"
     path = resources.files(package) / "presets" / f"{name}.yaml"
     if not path.is_file():
-        raise BenchError(f"{package} {name!r} has no preset file {package}/presets/{name}.yaml")
+        raise BenchError(f"{owner} has no preset file {package}/presets/{name}.yaml")
     data = yaml.safe_load(path.read_text()) or {}
     if profile not in data:
         known = ", ".join(k for k in data if k != "defaults")
-        raise BenchError(f"{package} preset {name!r} has no profile {profile!r} (profiles: {known})")
+        raise BenchError(f"{owner}: preset {name!r} has no profile {profile!r} (profiles: {known})")
     return deep_merge(data.get("defaults") or {}, data[profile] or {})
 
 
@@ -112,43 +114,68 @@ def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = datacl
 def build_config(cls: type[C], values: Mapping[str, Any], owner: str) -> C:
     """Builds a dataclass config from a mapping, rejecting unknown keys and out-of-range values.
 
-    Values given as strings (command-line overrides) are converted to the field's type;
-    floats must be finite. A dotted key (``data.min_images``) sets one entry of a mapping
-    setting. Fields declared with :func:`setting` are checked against their range.
+    Values are converted by the field's annotation: strings (command-line overrides) to
+    numbers and booleans (floats must be finite), ``none`` to None where the field is
+    optional, strings such as ``"128,64"`` or ``"128x64"`` and lists to tuples (their
+    elements typed by the annotation, ``tuple[int, ...]``, else by the default's), and
+    mappings to nested dataclass fields, built recursively. A dotted key sets one entry
+    of a mapping setting (``data.min_images``: the entry is the dataset loader's to
+    check) or one setting of a nested dataclass (``sub.lr``). Fields declared with
+    :func:`setting` are checked against their range.
 
     Args:
         cls: A dataclass type.
-        values: Field name -> value.
-        owner: Who the config belongs to, for messages.
+        values: Field name (or dotted path) -> value.
+        owner: Who the config belongs to, for messages (``task 'fewshot_celeba'``).
 
     Raises:
-        BenchError: An unknown key, a missing required key or a value of the wrong type or
-            out of range.
+        BenchError: An unknown key (with the closest known one at its level), a missing
+            required key, or a value of the wrong type or out of range.
     """
+    return _build(cls, values, owner, "")
+
+
+def did_you_mean(name: str, known: Iterable[str], prefix: str = "") -> str:
+    """Returns ``"; did you mean 'X'?"`` for the known name closest to ``name``, else ``""``.
+
+    Args:
+        name: What was given.
+        known: The valid names.
+        prefix: Prepended to the suggestion (``data.`` for a nested setting).
+    """
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)
+    return f"; did you mean {prefix + close[0]!r}?" if close else ""
+
+
+def _build(cls: type[C], values: Mapping[str, Any], owner: str, prefix: str) -> C:
+    """Builds ``cls`` from ``values``; ``prefix`` is the dotted path of a nested config."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
-    nested: dict[str, dict[str, Any]] = {}
+    types = field_types(cls)
+    given: dict[str, Any] = {}
+    dotted: dict[str, dict[str, Any]] = {}
     for key, value in values.items():
         head, dot, rest = str(key).partition(".")
         if head not in fields:
-            close = difflib.get_close_matches(head, list(fields), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise BenchError(f"{owner} has no setting {head!r}{hint}")
-        if dot:
-            if "dict" not in str(fields[head].type):
-                raise BenchError(f"{owner} setting {head!r} is not a mapping; set it as {head}=VALUE")
-            nested.setdefault(head, {})[rest] = value
-            continue
-        kwargs[key] = _coerce(value, fields[key].type, f"{owner} setting {key!r}")
-    for head, entries in nested.items():
-        base = kwargs.get(head)
-        if base is None:
-            default = fields[head].default_factory if fields[head].default_factory is not dataclasses.MISSING else None
-            base = default() if default else {}
-        merged = dict(base)
-        for dotted, value in entries.items():
-            _set_dotted(merged, dotted.split("."), value)
-        kwargs[head] = merged
+            raise BenchError(f"{owner} has no setting {prefix + head!r}{did_you_mean(head, fields, prefix)}")
+        if not dot:
+            given[head] = value
+        elif dataclass_type(types[head]) is None and not is_mapping(types[head]):
+            raise BenchError(f"{owner} setting {prefix + head!r} is not a mapping; set it as {prefix + head}=VALUE")
+        else:
+            dotted.setdefault(head, {})[rest] = value
+    kwargs: dict[str, Any] = {}
+    for name in [n for n in fields if n in given or n in dotted]:
+        where, tp = f"{owner} setting {prefix + name!r}", types[name]
+        if dataclass_type(tp) is not None:
+            kwargs[name] = _nested(fields[name], tp, given, dotted.get(name, {}), (owner, f"{prefix}{name}."))
+        elif name in dotted:
+            base = given[name] if name in given else field_default(fields[name])
+            merged = dict(coerce(base, tp, where, None) or {})
+            for path, value in dotted[name].items():
+                _set_dotted(merged, path.split("."), value)
+            kwargs[name] = merged
+        else:
+            kwargs[name] = coerce(given[name], tp, where, field_default(fields[name]))
     try:
         config = cls(**kwargs)
     except TypeError as exc:
@@ -157,8 +184,33 @@ def build_config(cls: type[C], values: Mapping[str, Any], owner: str) -> C:
         check = f.metadata.get("check")
         value = getattr(config, name)
         if check is not None and value is not None:
-            check.validate(value, f"{owner} setting {name!r}")
+            check.validate(value, f"{owner} setting {prefix + name!r}")
     return config
+
+
+def _nested(f: dataclasses.Field, tp: Any, given: Mapping[str, Any], dotted: Mapping[str, Any],
+            where: tuple[str, str]) -> Any:
+    """Builds a nested dataclass setting from its given value (mapping or instance) and dotted keys."""
+    owner, prefix = where
+    sub = dataclass_type(tp)
+    base = given[f.name] if f.name in given else field_default(f)
+    if isinstance(base, str) and base.strip().lower() in NONE_WORDS and is_optional(tp):
+        base = None
+    if base is None and not dotted and f.name in given:
+        if not is_optional(tp):
+            raise BenchError(f"{owner} setting {prefix[:-1]!r} cannot be none")
+        return None
+    if base is None:
+        values: dict[str, Any] = {}
+    elif isinstance(base, sub):
+        values = {g.name: getattr(base, g.name) for g in dataclasses.fields(base)}
+    elif isinstance(base, Mapping):
+        values = dict(base)
+    else:
+        raise BenchError(f"{owner} setting {prefix[:-1]!r} is a group of settings, got {base!r}; "
+                         f"set its entries as {prefix}NAME=VALUE")
+    values.update(dotted)
+    return _build(sub, values, owner, prefix)
 
 
 def _set_dotted(target: dict[str, Any], path: list[str], value: Any) -> None:
@@ -167,42 +219,3 @@ def _set_dotted(target: dict[str, Any], path: list[str], value: Any) -> None:
         target[part] = dict(inner) if isinstance(inner, Mapping) else {}
         target = target[part]
     target[path[-1]] = yaml.safe_load(value) if isinstance(value, str) else value
-
-
-def _coerce(value: Any, annotation: Any, where: str) -> Any:
-    kind = str(annotation)
-    if isinstance(value, str) and value.lower() in {"none", "null"} and "None" in kind:
-        return None
-    if kind.startswith("dict"):
-        if not isinstance(value, Mapping):
-            raise BenchError(f"{where} is a mapping, got {value!r}; set its entries as {where.split()[-1].strip(chr(39))}.KEY=VALUE")
-        return dict(value)
-    if not isinstance(value, str):
-        if isinstance(value, list):
-            return tuple(value)
-        if isinstance(value, bool) and not kind.startswith("bool"):
-            raise BenchError(f"{where} expects {kind}, got {value!r}")
-        if kind.startswith("int") and isinstance(value, float):
-            if not value.is_integer():
-                raise BenchError(f"{where} expects an integer, got {value!r}")
-            return int(value)
-        if kind.startswith("float") and isinstance(value, (int, float)):
-            if not math.isfinite(value):
-                raise BenchError(f"{where} must be finite, got {value!r}")
-            return float(value)
-        return value
-    try:
-        if kind.startswith("int"):
-            return int(value)
-        if kind.startswith("float"):
-            number = float(value)
-            if not math.isfinite(number):
-                raise BenchError(f"{where} must be finite, got {value!r}")
-            return number
-        if kind.startswith("bool"):
-            if value.lower() not in {"true", "false", "1", "0"}:
-                raise ValueError(value)
-            return value.lower() in {"true", "1"}
-    except ValueError:
-        raise BenchError(f"{where} expects {kind}, got {value!r}") from None
-    return value

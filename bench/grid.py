@@ -6,7 +6,8 @@ A suite names benchmarks, mechanisms with parameter lists, seeds and a profile::
     profile: smoke
     seeds: [0, 1]
     benchmarks: [fewshot_synth_faces]
-    set: {}                         # optional: section -> {setting: value}, as `bench run --set`
+    set: {}                         # optional: section -> {setting: value}, as `bench run --set`;
+                                    # nested mappings are dotted keys: {task: {data: {n_ids: 30}}}
     attacks: [face_reid]            # optional: adversaries (default: each task's own; [] for none)
     mechanisms:
       - name: identity
@@ -324,13 +325,38 @@ def _mechanism_spec(data: Any, where: str) -> MechanismSpec:
 
 
 def _overrides(value: Any, where: str) -> dict[str, dict[str, Any]]:
+    """Reads ``set:``: section -> settings, nested mappings flattened to dotted keys as ``--set`` writes them.
+
+    ``{task: {data: {n_ids: 30}, epochs: 1}}`` becomes ``{"task": {"data.n_ids": 30, "epochs": 1}}``,
+    the same as ``--set task.data.n_ids=30 --set task.epochs=1``.
+    """
     if not isinstance(value, Mapping):
         raise BenchError(f"{where} must map sections (task or an attack) to {{setting: value}}, got {value!r}")
     out: dict[str, dict[str, Any]] = {}
     for section, settings in value.items():
-        if not isinstance(settings, Mapping) or not all(_scalar(v) or isinstance(v, list) for v in settings.values()):
+        if not isinstance(settings, Mapping):
             raise BenchError(f"{where}: {section!r} must map settings to values, got {settings!r}")
-        out[str(section)] = {str(k): v for k, v in settings.items()}
+        out[str(section)] = _flatten(settings, f"{where}: {section}")
+    return out
+
+
+def _flatten(settings: Mapping, where: str, prefix: str = "") -> dict[str, Any]:
+    """Returns nested settings as dotted key -> value (values: scalars or lists of scalars)."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            if not value:
+                raise BenchError(f"{where}: {dotted!r} is an empty mapping; set its entries ({dotted}.NAME: VALUE)")
+            entries = _flatten(value, where, f"{dotted}.")
+        elif _scalar(value) or (isinstance(value, list) and all(_scalar(v) for v in value)):
+            entries = {dotted: value}
+        else:
+            raise BenchError(f"{where}: {dotted!r} must be a value, a list of values or a mapping, got {value!r}")
+        twice = sorted(set(entries) & set(out))
+        if twice:
+            raise BenchError(f"{where}: {twice[0]!r} is set twice")
+        out.update(entries)
     return out
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 
 from bench import scores
-from bench.config import load_preset
+from bench.config import build_config, load_preset
 from bench.datasets.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
 from bench.params import Param, ParamSpace
@@ -190,6 +190,8 @@ class RunContext:
         options: Free-form overrides, e.g. ``{"face_reid.weights": "/path/to/weights.pt"}``.
         eval_split: Where utility and attacks are measured: ``test``, or ``val`` when
             tuning (selection must never look at test).
+        benchmark: The benchmark (registered task name) the cell runs; adversaries read
+            the attribute targets it declares. Empty: found from the dataset's name.
         log: Prints a progress line (quiet in CI).
         progress: Wraps an iterable in a progress bar: ``progress(iterable, total, desc)``.
     """
@@ -201,30 +203,57 @@ class RunContext:
     cache_dir: Path
     options: Mapping[str, str] = field(default_factory=dict)
     eval_split: str = "test"
+    benchmark: str = ""
     log: Callable[[str], None] = lambda msg: None
     progress: Callable[..., Any] = lambda it, total=None, desc=None: it
 
 
 class _Configurable(abc.ABC):
-    """A task or attack configured by a profile preset plus overrides."""
+    """A task or attack configured by a profile preset plus overrides.
+
+    Subclasses name their config dataclass in ``config_class``; the constructor builds
+    ``self.config`` from the profile's preset updated by the overrides (see
+    :func:`bench.config.build_config`), so subclasses only add checks of their own.
+
+    Args:
+        profile: The preset's section (smoke, quick, paper).
+        overrides: Setting -> value (``--set`` items of this section; dotted keys set
+            entries of mapping or nested settings).
+
+    Raises:
+        BenchError: A missing preset or profile, an unknown setting or a bad value.
+    """
 
     name: ClassVar[str] = ""
+    role: ClassVar[str] = ""
+    """``task`` or ``attack``: how messages name the owner of a setting."""
     metrics: ClassVar[dict[str, bool]] = {}
     primary: ClassVar[str] = ""
     description: ClassVar[str] = ""
     preset_package: ClassVar[str] = ""
+    preset_name: ClassVar[str] = ""
+    """Stem of the preset file (``<package>/presets/<stem>.yaml``); empty: the registered name."""
+    config_class: ClassVar[type | None] = None
+    """The config dataclass ``self.config`` is built as; None: the subclass builds its own."""
 
     def __init__(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None):
         self.profile = profile
         self.overrides = dict(overrides or {})
+        if self.config_class is not None:
+            self.config: Any = build_config(self.config_class, self.settings(), self.owner)
+
+    @property
+    def owner(self) -> str:
+        """Who owns the settings, for messages: ``task 'fewshot_celeba'``."""
+        return f"{self.role} {self.name!r}"
 
     def settings(self) -> dict[str, Any]:
-        """Returns the profile's preset (``<package>/presets/<name>.yaml``) updated by the overrides.
+        """Returns the profile's preset (``<package>/presets/<preset>.yaml``) updated by the overrides.
 
         Raises:
-            BenchError: The preset has no such profile.
+            BenchError: The preset file is missing or has no such profile.
         """
-        values = load_preset(self.preset_package, self.name, self.profile)
+        values = load_preset(self.preset_package, self.preset_name or self.name, self.profile, self.owner)
         values.update(self.overrides)
         return values
 
@@ -241,7 +270,10 @@ class Task(_Configurable):
 
     dataset: ClassVar[str] = ""
     attacks: ClassVar[tuple[str, ...]] = ()
+    role: ClassVar[str] = "task"
     preset_package: ClassVar[str] = "tasks"
+    benchmark: ClassVar[Any] = None
+    """The :class:`bench.benchmarks.Benchmark` declaration this task class was made for, or None."""
     validation: ClassVar[bool] = False
     """Whether the task can measure on a validation split (``RunContext.eval_split == "val"``),
     as tuning requires; a task without one refuses tuning rather than select on test."""
@@ -249,6 +281,10 @@ class Task(_Configurable):
     @abc.abstractmethod
     def data_options(self) -> dict[str, Any]:
         """Returns the loader options of this task's profile (sizes, split sizes)."""
+
+    def input_size(self) -> tuple[int, int] | None:
+        """Returns the (height, width) its networks see released images at, or None for as stored."""
+        return None
 
     @abc.abstractmethod
     def evaluate(self, clean: Splits, released: Release, ctx: RunContext) -> dict[str, float]:
@@ -323,6 +359,7 @@ def privacy_score(value: float, clean: float, chance: float, trials: int | None 
 class Attack(_Configurable):
     """An adversary: sees the clean data its threat model allows and the release."""
 
+    role: ClassVar[str] = "attack"
     preset_package: ClassVar[str] = "attacks"
     validation: ClassVar[bool] = False
     """Whether the attack can target the validation split (``RunContext.eval_split == "val"``)."""
@@ -373,6 +410,9 @@ class Result:
             (``attack too weak``).
         eval_split: The split utility and attacks were measured on (``test``; ``val``
             for tuning cells, which never enter a board).
+        images: The size chain: ``native`` sizes read (min/median/max), ``stored`` (where
+            the mechanism ran), ``task_input`` (what the task's networks see) and
+            ``upscaled`` (images enlarged before the mechanism).
         runtime_s: Wall-clock seconds.
         versions: Package versions.
         git_sha: Commit of the harness, or "unknown".
@@ -407,6 +447,7 @@ class Result:
     release_metrics: dict[str, float] = field(default_factory=dict)
     privacy_flags: dict[str, str] = field(default_factory=dict)
     eval_split: str = "test"
+    images: dict[str, Any] = field(default_factory=dict)
     schema: int = RESULT_SCHEMA
 
     @property

@@ -5,9 +5,13 @@ A decorator is the only place a name is declared::
     @register_mechanism("dp_pix")
     class DPPix(Mechanism): ...
 
+and a benchmark (a task kind on one dataset with its adversaries and their targets) is one
+line of ``tasks/benchmarks.py`` (see :func:`bench.benchmarks.declare_benchmark`), which
+registers it in ``benchmarks`` and its task class in ``tasks``.
+
 Built-in modules are imported lazily on first use; third-party packages register through
-the entry-point groups ``bench.mechanisms``, ``bench.tasks``, ``bench.attacks`` and
-``bench.datasets`` (a broken plugin warns, it never crashes the CLI).
+the entry-point groups ``bench.mechanisms``, ``bench.tasks``, ``bench.benchmarks``,
+``bench.attacks`` and ``bench.datasets`` (a broken plugin warns, it never crashes the CLI).
 """
 
 from __future__ import annotations
@@ -146,7 +150,7 @@ def load_file(path: str | Path) -> None:
     path = Path(path)
     if not path.is_file():
         raise BenchError(f"no such file: {path}")
-    for registry in (mechanisms, tasks, attacks, datasets):
+    for registry in (mechanisms, tasks, benchmarks, attacks, datasets):
         registry.discover()  # so that a plugin reusing a built-in name fails here, naming both
     module_name = f"bench_user_{path.stem}_{abs(hash(str(path.resolve()))) % 10**8}"
     if module_name in sys.modules:
@@ -170,6 +174,7 @@ def load_file(path: str | Path) -> None:
 
 mechanisms: Registry = Registry("mechanism", ("mechanisms",), "bench.mechanisms")
 tasks: Registry = Registry("task", ("tasks",), "bench.tasks")
+benchmarks: Registry = Registry("benchmark", ("tasks",), "bench.benchmarks")
 attacks: Registry = Registry("attack", ("attacks",), "bench.attacks")
 datasets: Registry = Registry("dataset", ("bench.datasets",), "bench.datasets")
 
@@ -182,5 +187,5 @@ register_dataset = datasets.register
 @contextlib.contextmanager
 def scoped() -> Iterator[None]:
     """Snapshots every registry and restores them on exit (for tests)."""
-    with mechanisms.scoped(), tasks.scoped(), attacks.scoped(), datasets.scoped():
+    with mechanisms.scoped(), tasks.scoped(), benchmarks.scoped(), attacks.scoped(), datasets.scoped():
         yield

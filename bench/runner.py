@@ -20,8 +20,9 @@ import torch
 
 from bench import __version__, scores
 from bench.cells import cell_key
-from bench.config import PROFILES
+from bench.config import PROFILES, did_you_mean
 from bench.datasets.base import ImageSet, Splits, load_dataset
+from bench.datasets.shards import configure_huggingface
 from bench.errors import BenchError
 from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
 from bench.registry import attacks as attack_registry
@@ -126,17 +127,20 @@ def plan(config: RunConfig) -> Plan:
         raise BenchError(f"unknown evaluation split {config.split!r} (use test, or val for tuning)")
     task_cls = task_registry.get(config.task)
     mechanism = mechanism_registry.get(config.mechanism)(**config.params)
-    unknown = set(config.overrides) - {"task", "release", *(config.attacks or task_cls.attacks)}
+    known = {"task", "release", *(config.attacks or task_cls.attacks)}
+    unknown = sorted(set(config.overrides) - known)
     if unknown:
-        raise BenchError(
-            f"--set: no section {sorted(unknown)[0]!r} (use task.NAME=VALUE, ATTACK.NAME=VALUE or release.boxes=detect)"
-        )
+        raise BenchError(f"--set: no section {unknown[0]!r}{did_you_mean(unknown[0], known)} "
+                         "(use task.NAME=VALUE, ATTACK.NAME=VALUE or release.boxes=detect)")
     release_options = dict(config.overrides.get("release", {}))
     if set(release_options) - {"boxes"} or release_options.get("boxes", "dataset") not in BOX_SOURCES:
         raise BenchError(f"--set release: only release.boxes={'|'.join(BOX_SOURCES)} is known, got {release_options}")
     task = task_cls(config.profile, config.overrides.get("task"))
     attack_names = config.attacks if config.attacks is not None else task_cls.attacks
-    attacks = {name: attack_registry.get(name)(config.profile, config.overrides.get(name)) for name in attack_names}
+    declared = getattr(task_cls, "benchmark", None)
+    attacks = {name: attack_registry.get(name)(config.profile, declared.settings_of(name, config.overrides.get(name))
+                                               if declared is not None else config.overrides.get(name))
+               for name in attack_names}
     if config.split == "val":
         unable = [f"task {config.task!r}"] if not task_cls.validation else []
         unable += [f"attack {name!r}" for name, a in attacks.items() if not type(a).validation]
@@ -179,10 +183,11 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
     cfg = plan_.config
     started = time.perf_counter()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    configure_huggingface(cfg.cache)
     torch.use_deterministic_algorithms(True, warn_only=True)
     ctx = RunContext(
         device=plan_.device, seed=cfg.seed, profile=cfg.profile, data_root=cfg.data_root, cache_dir=cfg.cache,
-        options={}, eval_split=cfg.split, log=log, progress=progress or (lambda it, total=None, desc=None: it),
+        options={}, eval_split=cfg.split, benchmark=cfg.task, log=log, progress=progress or (lambda it, total=None, desc=None: it),
     )
     log(f"loading {plan_.task.dataset}")
     clean = load_dataset(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache, cfg.verify_data)

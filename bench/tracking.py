@@ -149,7 +149,7 @@ class Tracker:
             identity: task, mechanism, params, seed and profile of the cell.
             lock: The cell lock its process holds (lets a later process recognise an orphan).
         """
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param
 
         tags = {f"{TAG}cell_key": cell_key, f"{TAG}host": socket.gethostname(), f"{TAG}pid": str(os.getpid())}
         if lock is not None:

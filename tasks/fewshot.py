@@ -31,15 +31,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from bench.cells import content_key
-from bench.config import build_config, setting
+from bench.config import setting
 from bench.datasets.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
 from bench.interfaces import Release, RunContext, Task
 from bench.modelcache import cached_model
 from bench.nn.conv4 import Conv4
 from bench.nn.dncnn import DnCNN, image_quality
-from bench.nn.images import embed, prepare, to_input
-from bench.registry import register_task
+from bench.nn.images import embed, embed_images, prepare, to_input
 from bench.seeding import derive_seed, make_generator
 from tasks.episodes import EpisodeSampler, episode_accuracies, mean_ci95, prototypical_loss
 
@@ -142,17 +141,18 @@ class FewShot(Task):
         "ssim_released": True,
     }
     primary: ClassVar[str] = "acc"
-    attacks: ClassVar[tuple[str, ...]] = ("face_reid", "face_reid_adapted", "denoise")
     validation: ClassVar[bool] = True
 
-    def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
-        super().__init__(profile, overrides)
-        values = self.settings()
-        self.config: FewShotConfig = build_config(FewShotConfig, values, f"task {self.name!r}")
+    config_class: ClassVar[type] = FewShotConfig
+    config: FewShotConfig
 
     def data_options(self) -> dict[str, Any]:
         """Returns the loader options of this profile."""
         return dict(self.config.data)
+
+    def input_size(self) -> tuple[int, int]:
+        """Returns the encoder's input side, square."""
+        return (self.config.image_size, self.config.image_size)
 
     def check_data(self, shape: DataShape | None, eval_split: str = "test") -> None:
         """Checks that every episode the profile draws can be served by the data.
@@ -236,7 +236,7 @@ class FewShot(Task):
     def _accuracy(
         self, model: torch.nn.Module, split: ImageSet, index: torch.Tensor, ctx: RunContext
     ) -> tuple[float, float]:
-        emb = embed(model, prepare(split.images, self.config.image_size, ctx.device))
+        emb = embed_images(model, split.images, self.config.image_size, ctx.device)
         return mean_ci95(episode_accuracies(emb, index, self.config.test_shot))
 
     def _ssim_pair(self, denoiser: nn.Module | None, released: ImageSet, clean: ImageSet,
@@ -299,10 +299,13 @@ class FewShot(Task):
 def episode_inputs(images: torch.Tensor, size: int, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
     """Returns a function from image indices to network inputs of those images.
 
-    Resizing is done once for the whole split (the same values as resizing each episode's
-    images: the resize acts image by image); without resizing, uint8 images are kept and
-    converted per episode, so a large split costs no float copy.
+    Resizing is done once for an in-memory split (the same values as resizing each
+    episode's images: the resize acts image by image); without resizing, uint8 images are
+    kept and converted per episode, so a large split costs no float copy; a split kept on
+    disk is read episode by episode.
     """
+    if not isinstance(images, torch.Tensor):  # kept on disk: each episode reads and converts its own images
+        return lambda index: to_input(images[index.cpu()], size, device)
     if tuple(images.shape[-2:]) == (size, size):
         on_device = images.to(device)
         return lambda index: to_input(on_device[index.to(device)], None, device)
@@ -337,7 +340,7 @@ def train_prototypical(
     sampler = EpisodeSampler(train.labels, cfg.train_way, cfg.train_shot + cfg.train_query, g)
     val_way = min(cfg.test_way, int(torch.unique(val.labels).numel()))
     val_index = EpisodeSampler(val.labels, val_way, cfg.test_shot + cfg.test_query, g).sample(cfg.val_episodes)
-    val_inputs = prepare(val.images, cfg.image_size, ctx.device)
+    val_inputs = prepare(val.images, cfg.image_size, ctx.device) if isinstance(val.images, torch.Tensor) else None
     inputs = episode_inputs(train.images, cfg.image_size, ctx.device)
     clean_inputs = None if targets is None else episode_inputs(targets.images, cfg.image_size, ctx.device)
     optimiser = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -358,7 +361,9 @@ def train_prototypical(
             loss.backward()
             optimiser.step()
         schedule.step()
-        val_acc = float(episode_accuracies(embed(model, val_inputs), val_index, cfg.test_shot).mean())
+        val_emb = embed(model, val_inputs) if val_inputs is not None else embed_images(model, val.images, cfg.image_size,
+                                                                                         ctx.device)
+        val_acc = float(episode_accuracies(val_emb, val_index, cfg.test_shot).mean())
         if val_acc > best_acc:
             best_acc, best_state, best_epoch, waited = val_acc, copy.deepcopy(model.state_dict()), epoch, 0
         else:
@@ -369,19 +374,3 @@ def train_prototypical(
         model.load_state_dict(best_state)
     return {"best_val_acc": best_acc, "best_epoch": best_epoch, "epochs_run": epoch + 1,
             "seconds": time.perf_counter() - started}
-
-
-@register_task("fewshot_synth_faces")
-class FewShotSynthFaces(FewShot):
-    """Few-shot identification on the synthetic faces (a stand-in for CelebA)."""
-
-    dataset = "synth_faces"
-    description = "5-way 5-shot prototypical network (Conv-4) on synthetic face identities"
-
-
-@register_task("fewshot_celeba")
-class FewShotCelebA(FewShot):
-    """Few-shot identification on CelebA identities with at least 30 images."""
-
-    dataset = "celeba"
-    description = "5-way 5-shot prototypical network (Conv-4) on CelebA identities (>= 30 images)"

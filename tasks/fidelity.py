@@ -18,10 +18,9 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from bench.config import build_config, setting
+from bench.config import setting
 from bench.datasets.base import Splits
 from bench.interfaces import Release, RunContext, Task
-from bench.registry import register_task
 
 LUMA = (0.299, 0.587, 0.114)
 
@@ -92,10 +91,8 @@ class Fidelity(Task):
     metrics: ClassVar[dict[str, bool]] = {"ssim": True, "psnr": True}
     primary: ClassVar[str] = "ssim"
 
-    def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
-        super().__init__(profile, overrides)
-        values = self.settings()
-        self.config: FidelityConfig = build_config(FidelityConfig, values, f"task {self.name!r}")
+    config_class: ClassVar[type] = FidelityConfig
+    config: FidelityConfig
 
     def data_options(self) -> dict[str, Any]:
         """Returns the loader options of this profile."""
@@ -117,12 +114,3 @@ class Fidelity(Task):
         value = float(torch.cat(scores).mean())
         peak = float(torch.cat(peaks).mean())
         return {"ssim": value, "psnr": peak if math.isfinite(peak) else 100.0}
-
-
-@register_task("attributes_fairface")
-class AttributesFairFace(Fidelity):
-    """FairFace attribute inference (the reID paper's adverse task) with a fidelity utility."""
-
-    dataset = "fairface"
-    attacks = ("attribute_inference", "denoise")
-    description = "FairFace: attribute adversary (gender/age/race) vs image fidelity (SSIM) of the release"

@@ -27,18 +27,17 @@ import torch
 import torch.nn.functional as F
 
 from bench.cells import content_key
-from bench.config import build_config, setting
+from bench.config import setting
 from bench.datasets.base import ImageSet, Splits
 from bench.errors import BenchError
 from bench.interfaces import Release, RunContext, Task
 from bench.modelcache import cached_model
 from bench.nn.augment import augment
-from bench.nn.images import embed, prepare, to_input
+from bench.nn.images import embed_images, to_input
 from bench.nn.losses import batch_hard_triplet_loss, centroid_triplet_loss
 from bench.nn.resnet import ARCHS, ReidNet, check_weights
 from bench.nn.sampling import PKSampler
 from bench.nn.threads import cpu_threads
-from bench.registry import register_task
 from bench.seeding import derive_seed, make_generator
 from tasks.reid_centroids import CentroidGallery, build_centroids, evaluate_centroids
 from tasks.reid_metrics import evaluate_rank
@@ -108,16 +107,6 @@ class ReidConfig:
         return {k: v for k, v in asdict(self).items() if k not in skip}
 
 
-def _int_tuple(value: Any, name: str, owner: str) -> tuple[int, ...]:
-    """Reads a tuple of ints given as a sequence or as a string such as ``"128,64"``."""
-    if isinstance(value, str):
-        value = [v for v in value.replace("x", ",").split(",") if v.strip()]
-    try:
-        return tuple(int(v) for v in value)
-    except (TypeError, ValueError):
-        raise BenchError(f"{owner} setting {name!r} expects integers, got {value!r}") from None
-
-
 class Reid(Task):
     """Regular and centroid-based person re-identification on one dataset."""
 
@@ -131,17 +120,13 @@ class Reid(Task):
         "chance_map_centroids": True,
     }
     primary: ClassVar[str] = "map_centroid"
-    attacks: ClassVar[tuple[str, ...]] = ("attribute_inference", "denoise")
+
+    config_class: ClassVar[type] = ReidConfig
+    config: ReidConfig
 
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
         super().__init__(profile, overrides)
-        values = self.settings()
-        owner = f"task {self.name!r}"
-        for key in ("input_size", "lr_steps"):
-            if key in values:
-                values[key] = _int_tuple(values[key], key, owner)
-        self.config: ReidConfig = build_config(ReidConfig, values, owner)
-        cfg = self.config
+        owner, cfg = self.owner, self.config
         if cfg.arch not in ARCHS:
             raise BenchError(f"{owner}: unknown arch {cfg.arch!r} (available: {', '.join(ARCHS)})")
         if len(cfg.input_size) != 2 or min(cfg.input_size) < 16:
@@ -153,6 +138,10 @@ class Reid(Task):
     def data_options(self) -> dict[str, Any]:
         """Returns the loader options of this profile."""
         return dict(self.config.data)
+
+    def input_size(self) -> tuple[int, int]:
+        """Returns the network input (height, width)."""
+        return (int(self.config.input_size[0]), int(self.config.input_size[1]))
 
     def config_dict(self) -> dict[str, Any]:
         """Returns the resolved profile settings."""
@@ -203,7 +192,7 @@ class Reid(Task):
         return {"chance_map_images": sum(images) / len(images), "chance_map_centroids": sum(centroids) / len(centroids)}
 
     def _embed(self, model: torch.nn.Module, split: ImageSet, ctx: RunContext) -> torch.Tensor:
-        return embed(model, prepare(split.images, self.config.input_size, ctx.device), batch=256).cpu()
+        return embed_images(model, split.images, self.config.input_size, ctx.device, batch=256).cpu()
 
     def _model(self, kind: str, train: ImageSet, data_key: tuple, ctx: RunContext) -> torch.nn.Module:
         cfg = self.config
@@ -299,19 +288,3 @@ def train_reid(
         last = {name: value / max(batches, 1) for name, value in sums.items()}
     model.eval()
     return {"steps": steps, "last_epoch_losses": last, "seconds": time.perf_counter() - started}
-
-
-@register_task("reid_synth_persons")
-class ReidSynthPersons(Reid):
-    """Person reID on the synthetic pedestrians (a stand-in for Market-1501)."""
-
-    dataset = "synth_persons"
-    description = "regular (softmax + triplet) and centroid (CTL) ResNet reID on synthetic pedestrians; mAP, CMC"
-
-
-@register_task("reid_market1501")
-class ReidMarket1501(Reid):
-    """Person reID on Market-1501 under the standard protocol."""
-
-    dataset = "market1501"
-    description = "regular (softmax + triplet) and centroid (CTL) ResNet reID on Market-1501; mAP, CMC"

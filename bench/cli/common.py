@@ -1,4 +1,11 @@
-"""Options shared by subcommands and the progress reporter."""
+"""Options shared by subcommands and the progress reporter.
+
+The options that define cells (mechanism, task, parameters, seed(s), profile, device,
+data root, attacks, ``--set``, mechanism files, locations) are declared once, in
+:func:`add_cell_options`, for ``bench run`` and ``bench tune`` (one cell: ``--seed``,
+``K=V``) and for ``bench grid`` and ``bench submit`` (many: comma lists, ``--seeds``,
+``K=V1,V2``, profile from the suite); :func:`run_config` reads one cell's options.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +13,91 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from bench.errors import BenchError
 from bench.params import parse_assignments
+
+if TYPE_CHECKING:
+    from bench.runner import RunConfig
+
+
+def add_cell_options(parser: argparse.ArgumentParser, many: bool = False) -> None:
+    """Adds the options that define cells, with the locations (--results-dir, --cache-dir, --tracking-uri).
+
+    Args:
+        parser: The subcommand's parser.
+        many: Options of a grid: ``--task``/``--mechanism`` take comma lists (optional,
+            a suite may give them), ``--param K=V1,V2`` lists values to cross,
+            ``--seeds 0,1`` replaces ``--seed N``, and ``--profile`` defaults to the suite's.
+    """
+    only = "; with --suite: only these of the suite's" if many else ""
+    parser.add_argument("--mechanism", required=not many,
+                        help=f"{'comma-separated mechanisms' if many else 'registered mechanism name'} "
+                             f"(bench list mechanisms){only}")
+    parser.add_argument("--task", required=not many,
+                        help=f"{'comma-separated benchmarks' if many else 'benchmark name'}, e.g. fewshot_synth_faces "
+                             f"(bench list benchmarks){only}")
+    if many:
+        parser.add_argument("--param", action="append", metavar="K=V1,V2", help="parameter values to cross (repeatable)")
+        parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the suite's, else 0)")
+    else:
+        parser.add_argument("--param", action="append", metavar="K=V", help="mechanism parameter (repeatable)")
+        parser.add_argument("--seed", type=int, default=0, help="base seed, in [0, 2^63) (default 0)")
+    parser.add_argument("--profile", default=None if many else "quick",
+                        help="smoke | quick | paper (default: " + ("the suite's, else quick)" if many else "quick)"))
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
+    parser.add_argument("--data-root", type=Path, default=None, help="root of real datasets (default $BENCH_DATA)")
+    parser.add_argument("--attacks", default=None,
+                        help="comma-separated adversaries, or 'none' (default: " + ("the suite's or " if many else "")
+                             + "the benchmark's)")
+    parser.add_argument("--set", action="append", metavar="SECTION.K=V", dest="overrides",
+                        help="override a task or attack setting, e.g. task.epochs=3, task.data.min_images=10 or "
+                             "face_reid.weights=PATH" + (" (in every cell, added to the suite's)" if many else ""))
+    parser.add_argument("--mechanism-file", type=Path, action="append", default=[],
+                        help="a Python file that registers a mechanism (repeatable"
+                             + ("; loaded in every worker)" if many else ")"))
+    add_location_args(parser)
+
+
+def load_plugins(args: argparse.Namespace) -> None:
+    """Imports the --mechanism-file files.
+
+    Raises:
+        BenchError: A file is missing or fails to import.
+    """
+    from bench.registry import load_file
+
+    for path in args.mechanism_file:
+        load_file(path)
+
+
+def run_config(args: argparse.Namespace, absolute: bool = False, **extra: Any) -> "RunConfig":
+    """Returns the RunConfig of one cell's options (see :func:`add_cell_options`).
+
+    Args:
+        args: Parsed options of ``bench run`` or ``bench tune``.
+        absolute: Resolve the results and cache directories and make the tracking URI
+            explicit (what workers elsewhere need); otherwise they are kept as given.
+        **extra: Other RunConfig fields (``verify_data``).
+
+    Raises:
+        BenchError: A malformed --param, --set or --attacks.
+    """
+    from bench.runner import RunConfig
+
+    results, cache, uri = args.results_dir, cache_dir(args), args.tracking_uri
+    if absolute:
+        from bench.tracking import tracking_uri
+
+        results, cache = results.resolve(), cache.resolve()
+        uri = tracking_uri(results, uri)
+    return RunConfig(
+        task=args.task, mechanism=args.mechanism, params=parse_assignments(args.param), seed=args.seed,
+        profile=args.profile, device=args.device, data_root=data_root(args.data_root), results_dir=results,
+        cache_dir=cache, attacks=parse_attacks(args.attacks), overrides=parse_overrides(args.overrides),
+        tracking_uri=uri, **extra,
+    )
 
 
 def add_location_args(parser: argparse.ArgumentParser) -> None:

@@ -6,9 +6,16 @@ import argparse
 import dataclasses
 import sys
 import time
-from pathlib import Path
 
-from bench.cli.common import add_location_args, cache_dir, data_root, interactive, parse_attacks, parse_overrides
+from bench.cli.common import (
+    add_cell_options,
+    cache_dir,
+    data_root,
+    interactive,
+    load_plugins,
+    parse_attacks,
+    parse_overrides,
+)
 from bench.errors import BenchError
 
 
@@ -26,21 +33,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_cell_args(p: argparse.ArgumentParser) -> None:
-    """Adds the options that select a grid's cells and where they run."""
+    """Adds the options that select a grid's cells and where they run: --suite and the cell options for many cells."""
     p.add_argument("--suite", default=None, help="a suite name from bench/suites/ (smoke, standard) or a YAML file")
-    p.add_argument("--task", default=None, help="comma-separated tasks (with --suite: only these of the suite's)")
-    p.add_argument("--mechanism", default=None, help="comma-separated mechanisms (with --suite: only these)")
-    p.add_argument("--param", action="append", metavar="K=V1,V2", help="parameter values to cross (repeatable)")
-    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the suite's, else 0)")
-    p.add_argument("--profile", default=None, help="smoke | quick | paper (default: the suite's, else quick)")
-    p.add_argument("--set", action="append", metavar="SECTION.K=V", dest="overrides",
-                   help="override a task or attack setting in every cell (added to the suite's)")
-    p.add_argument("--attacks", default=None, help="comma-separated adversaries, or 'none' (default: the suite's or task's)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
-    p.add_argument("--data-root", type=Path, default=None, help="root of real datasets (default $BENCH_DATA)")
-    p.add_argument("--mechanism-file", type=Path, action="append", default=[],
-                   help="a Python file that registers a mechanism (repeatable; loaded in every worker)")
-    add_location_args(p)
+    add_cell_options(p, many=True)
 
 
 def add_executor_args(p: argparse.ArgumentParser) -> None:
@@ -65,14 +60,6 @@ def build_cells(args: argparse.Namespace):
     suite = adjust_suite(select_suite(args), args)
     where = placement(args)
     return suite, where, expand(suite, where)
-
-
-def load_plugins(args: argparse.Namespace) -> None:
-    """Imports the --mechanism-file files."""
-    from bench.registry import load_file
-
-    for path in args.mechanism_file:
-        load_file(path)
 
 
 def select_suite(args: argparse.Namespace):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-KINDS = ("mechanisms", "tasks", "attacks", "datasets")
+KINDS = ("mechanisms", "benchmarks", "tasks", "attacks", "datasets")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench list``."""
-    p = subparsers.add_parser("list", help="list registered mechanisms, tasks, attacks and datasets")
+    p = subparsers.add_parser("list", help="list registered mechanisms, benchmarks, tasks, attacks and datasets")
     p.add_argument("kind", nargs="?", choices=KINDS, help="what to list (default: everything)")
     p.add_argument("--pattern", default="*", help="wildcard on names, e.g. 'dp_*'")
     p.set_defaults(func=list_registered)
@@ -37,6 +37,8 @@ def describe(kind: str, name: str, obj) -> list[str]:
         for pname, param in obj.params.items():
             lines.append(f"    {pname:<12}{param.describe()}" + (f"  ({param.help})" if param.help else ""))
         lines.append(f"    claim       {claim_unit(obj)}")
+    elif kind == "benchmarks":
+        lines += describe_benchmark(obj)
     elif kind == "tasks":
         lines.append(f"    dataset {obj.dataset}; primary metric {obj.primary}; attacks {', '.join(obj.attacks) or 'none'}")
     elif kind == "attacks":
@@ -53,3 +55,14 @@ def claim_unit(mechanism_cls) -> str:
     except Exception:  # a plugin whose defaults cannot be built still gets listed
         return "unknown (defaults do not build)"
     return f"epsilon-DP, unit: {claim.unit}" if claim else "none (no formal guarantee)"
+
+
+def describe_benchmark(benchmark) -> list[str]:
+    """Returns the detail lines of a declared benchmark: kind, dataset, adversaries, targets, preset."""
+    attributes = f"; attributes {', '.join(benchmark.attributes)}" if benchmark.attributes else ""
+    missing = "" if benchmark.has_preset() else " (missing: cells of this benchmark cannot be planned)"
+    return [
+        f"    {benchmark.kind.__name__} on dataset {benchmark.dataset}{attributes}",
+        f"    adversaries {', '.join(benchmark.attacks) or 'none (utility only)'}",
+        f"    preset {benchmark.preset_file}{missing}",
+    ]

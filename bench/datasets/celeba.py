@@ -97,7 +97,7 @@ class CelebA(Dataset):
             cache_dir, "celeba", key, _shard_builder(files, selection, dict(zip(names, identities)), opts))
         info = {
             "source": str(files["images"].parent),
-            "images": IMAGE_DIRS[opts["images"]],
+            "image_folder": IMAGE_DIRS[opts["images"]],
             "options": opts,
             "n_ids": {s: int(t.labels.unique().numel()) for s, t in sets.items()},
             "n_images": {s: len(t) for s, t in sets.items()},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Iterator
 
@@ -54,9 +55,25 @@ def image_batches(images: Any, batch: int, device: torch.device | str, workers: 
 
     workers = min(2, max(0, (os.cpu_count() or 1) - 1)) if workers is None else workers
     loader = DataLoader(_Ranges(images, batch), batch_size=None, num_workers=workers,
-                        pin_memory=device.type == "cuda", prefetch_factor=2 if workers else None)
+                        pin_memory=device.type == "cuda", prefetch_factor=2 if workers else None,
+                        worker_init_fn=_fixed_mmap_threshold if workers else None)
     for chunk in loader:
         yield chunk.to(device, non_blocking=True)
+
+
+def _fixed_mmap_threshold(_: int) -> None:
+    """Makes a reader process return every batch buffer to the system when it is freed.
+
+    glibc raises its mmap threshold after freeing a large block, so later batch-sized
+    buffers come from the heap and stay there: a reader process would grow by a batch
+    for every batch it reads. A fixed threshold (1 MiB) keeps them mmap-backed.
+    """
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
 
 
 class _Ranges(torch.utils.data.Dataset):

@@ -117,9 +117,9 @@ def test_face_attacks_target_the_validation_identities_when_tuning(tmp_path, sha
 
 
 def test_fewshot_selects_on_held_out_training_identities_when_tuning(shared_cache):
-    from tasks.fewshot import FewShotSynthFaces
+    from bench.registry import tasks
 
-    task = FewShotSynthFaces("smoke")
+    task = tasks.get("fewshot_synth_faces")("smoke")
     clean = load_dataset("synth_faces", None, task.data_options(), shared_cache)
 
     def ctx(split: str) -> RunContext:

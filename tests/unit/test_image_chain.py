@@ -37,3 +37,24 @@ def test_celeba_records_native_sizes_and_small_images_upscaled(tmp_path):
     total = sum(len(s) for s in splits.sets.values())
     assert report["stored"] == [200, 200] and report["upscaled"] == total  # a 176 crop enlarged to 200: every image
     assert "not used" in splits.info["boxes"] and "split_by=official" in splits.info["split"]
+
+
+def test_the_runner_warns_once_when_images_were_upscaled_before_the_mechanism(tmp_path, capsys):
+    import contextlib
+    import io
+
+    from bench.cli import main
+    from tests.fixtures.celeba_fixture import write_celeba as write
+
+    fx = write(tmp_path / "data", n_ids=10, per_id=6, small_ids=0)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["run", "--mechanism", "identity", "--task", "fewshot_celeba", "--profile", "smoke",
+                     "--data-root", str(fx.root), "--set", "task.data.min_images=6", "--set", "task.data.size=200",
+                     "--set", "task.data.crop=176", "--set", "task.data.split_fractions=[0.5,0.2,0.3]",
+                     "--set", "task.train_shot=2", "--set", "task.train_query=2", "--set", "task.test_shot=2",
+                     "--set", "task.test_query=2", "--set", "task.test_way=2", "--set", "task.train_way=2",
+                     "--attacks", "none", "--results-dir", str(tmp_path / "results")])
+    lines = [line for line in err.getvalue().splitlines() if "upscaled" in line]
+    assert code == 0, err.getvalue()[-2000:]
+    assert len(lines) == 1 and "upscaled to 200x200 before the mechanism ran" in lines[0]

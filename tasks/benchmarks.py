@@ -1,0 +1,55 @@
+"""The benchmarks: (task kind, dataset, adversaries, attribute targets), one line each.
+
+This table is the only place a benchmark's name is declared (see
+:func:`bench.benchmarks.declare_benchmark`). Each one's settings are
+``tasks/presets/<name>.yaml`` (profiles smoke / quick / paper) unless it names another
+benchmark's with ``preset=``; ``bench list benchmarks`` shows them with their adversaries.
+"""
+
+from __future__ import annotations
+
+from bench.benchmarks import declare_benchmark as benchmark
+from tasks.fewshot import FewShot
+from tasks.fidelity import Fidelity
+from tasks.reid import Reid
+
+FACES = ("face_reid", "face_reid_adapted", "denoise")
+"""Face re-identification, the same adapted to the mechanism, and the denoising adversary."""
+PERSONS = ("attribute_inference", "denoise")
+"""Attribute inference on released images, and after denoising them."""
+
+FEW_PHOTOS = {"face_reid": {"enrol_per_id": 5, "epochs": 30}, "face_reid_adapted": {"enrol_per_id": 5, "epochs": 30},
+              "denoise": {"reid.enrol_per_id": 5, "reid.epochs": 30}}
+"""A person of a user's folder may have 10 photos: enrol 5, probe the rest (the paper enrols 20 of 30); with
+a few hundred training photos the embedder trains longer than on 4,000 (6 epochs: top-1 2.2x chance, 30: 4.2x)."""
+
+PROTONET = "5-way 5-shot prototypical network (Conv-4)"
+REID = "regular (softmax + triplet) and centroid (CTL) ResNet reID"
+
+# Few-shot identification (privacy-enhanced few-shot paper): faces, attacked by face re-identification.
+benchmark("fewshot_synth_faces", FewShot, "synth_faces", FACES,
+          description=f"{PROTONET} on synthetic face identities")
+benchmark("fewshot_celeba", FewShot, "celeba", FACES,
+          description=f"{PROTONET} on CelebA identities (>= 30 images)")
+benchmark("fewshot_folder", FewShot, "folder", FACES,
+          description=f"{PROTONET} on your own photos, a folder per person (--set task.data.root=DIR)",
+          attack_settings=FEW_PHOTOS)
+benchmark("fewshot_hf", FewShot, "hf", FACES,
+          description=f"{PROTONET} on a local Hugging Face dataset of people (--set task.data.path=DIR)",
+          attack_settings=FEW_PHOTOS)
+# Omniglot and MiniImageNet measure utility only, as in the paper (Table III, Fig. 3): their
+# classes are not people, so there is no identity to protect (--attacks adds adversaries).
+benchmark("fewshot_omniglot", FewShot, "omniglot",
+          description=f"{PROTONET} on Omniglot characters (28 x 28 grey); utility only")
+benchmark("fewshot_miniimagenet", FewShot, "miniimagenet",
+          description=f"{PROTONET} on MiniImageNet classes (84 x 84); utility only")
+
+# Person re-identification (cross-camera reID paper): attribute inference of gender.
+benchmark("reid_synth_persons", Reid, "synth_persons", PERSONS, attributes=("gender",),
+          description=f"{REID} on synthetic pedestrians; mAP, CMC")
+benchmark("reid_market1501", Reid, "market1501", PERSONS, attributes=("gender",),
+          description=f"{REID} on Market-1501; mAP, CMC")
+
+# FairFace (reID paper, Sec. IV-B2): the attribute adversary against the fidelity of the release.
+benchmark("attributes_fairface", Fidelity, "fairface", PERSONS, attributes=("gender", "age", "race"),
+          description="FairFace: attribute adversary (gender/age/race) vs image fidelity (SSIM) of the release")
