@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -62,6 +63,7 @@ class Check:
         low_open: Whether ``low`` itself is excluded (e.g. a learning rate > 0).
         choices: Allowed values, or None.
         path: The value names a local file that must exist (weights).
+        infinite: ``inf`` is a valid value (a non-private epsilon), besides finite ones.
     """
 
     low: float | None = None
@@ -69,6 +71,7 @@ class Check:
     low_open: bool = False
     choices: tuple[Any, ...] | None = None
     path: bool = False
+    infinite: bool = False
 
     def validate(self, value: Any, where: str) -> None:
         """Raises BenchError when ``value`` (not None) is out of range."""
@@ -97,7 +100,7 @@ class Check:
 
 def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
             low: float | None = None, high: float | None = None, low_open: bool = False,
-            choices: tuple[Any, ...] | None = None, path: bool = False) -> Any:
+            choices: tuple[Any, ...] | None = None, path: bool = False, infinite: bool = False) -> Any:
     """Declares a config dataclass field with its valid range, checked by :func:`build_config`.
 
     Example::
@@ -105,7 +108,7 @@ def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = datacl
         epochs: int = setting(8, low=1)
         lr: float = setting(1e-3, low=0, low_open=True)
     """
-    check = Check(low, high, low_open, tuple(choices) if choices is not None else None, path)
+    check = Check(low, high, low_open, tuple(choices) if choices is not None else None, path, infinite)
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata={"check": check})
     return dataclasses.field(default=default, metadata={"check": check})
@@ -174,6 +177,8 @@ def _build(cls: type[C], values: Mapping[str, Any], owner: str, prefix: str) -> 
             for path, value in dotted[name].items():
                 _set_dotted(merged, path.split("."), value)
             kwargs[name] = merged
+        elif getattr(fields[name].metadata.get("check"), "infinite", False) and _is_infinity(given[name]):
+            kwargs[name] = math.inf
         else:
             kwargs[name] = coerce(given[name], tp, where, field_default(fields[name]))
     try:
@@ -186,6 +191,13 @@ def _build(cls: type[C], values: Mapping[str, Any], owner: str, prefix: str) -> 
         if check is not None and value is not None:
             check.validate(value, f"{owner} setting {prefix + name!r}")
     return config
+
+
+def _is_infinity(value: Any) -> bool:
+    """Whether a given value is +infinity (``inf``, ``infinity``, ``.inf`` in YAML, or the float)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("inf", "+inf", "infinity", ".inf")
+    return isinstance(value, float) and value == math.inf
 
 
 def _nested(f: dataclasses.Field, tp: Any, given: Mapping[str, Any], dotted: Mapping[str, Any],

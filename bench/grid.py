@@ -9,6 +9,9 @@ A suite names benchmarks, mechanisms with parameter lists, seeds and a profile::
     set: {}                         # optional: section -> {setting: value}, as `bench run --set`;
                                     # nested mappings are dotted keys: {task: {data: {n_ids: 30}}}
     attacks: [face_reid]            # optional: adversaries (default: each task's own; [] for none)
+    methods:                        # optional: task settings that define entries (dp_vit's training
+      - grid: {training.epsilon: [inf]}                     # method), each crossed with every mechanism
+      - grid: {training.epsilon: [1, 8], training.clipping: [flat, per_layer]}
     mechanisms:
       - name: identity
       - name: pixelate
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
     from bench.runner import RunConfig
     from bench.tracking import Tracker
 
-SUITE_KEYS = ("description", "profile", "seeds", "benchmarks", "set", "attacks", "mechanisms")
+SUITE_KEYS = ("description", "profile", "seeds", "benchmarks", "set", "attacks", "mechanisms", "methods")
 REQUIRED_SUITE_KEYS = ("profile", "seeds", "benchmarks", "mechanisms")
 MECHANISM_KEYS = ("name", "grid", "zip")
 
@@ -83,6 +86,8 @@ class Suite:
         mechanisms: Mechanisms with their parameter lists.
         overrides: Section -> setting -> value, as ``bench run --set``.
         attacks: Adversaries; None means each task's defaults.
+        methods: Task settings crossed with every mechanism setting (a training method each:
+            ``training.epsilon``, ``training.clipping``); each is a ``task`` override.
     """
 
     name: str
@@ -93,6 +98,11 @@ class Suite:
     description: str = ""
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     attacks: tuple[str, ...] | None = None
+    methods: tuple[MechanismSpec, ...] = ()
+
+    def method_settings(self) -> list[dict[str, Any]]:
+        """Returns the task settings of every method (one empty setting without ``methods``)."""
+        return [s for spec in self.methods for s in spec.settings()] or [{}]
 
     def restrict(self, mechanisms: Sequence[str] | None = None, benchmarks: Sequence[str] | None = None) -> "Suite":
         """Returns the suite limited to some mechanisms and benchmarks.
@@ -213,7 +223,22 @@ def parse_suite(data: Any, name: str) -> Suite:
         mechanisms=tuple(_mechanism_spec(m, f"{where}: mechanisms[{i}]") for i, m in enumerate(mechanisms)),
         overrides=_overrides(data.get("set") or {}, f"{where}: 'set'"),
         attacks=None if attacks is None else tuple(_strings(attacks, f"{where}: 'attacks'", empty=True)),
+        methods=_methods(data.get("methods"), where),
     )
+
+
+def _methods(value: Any, where: str) -> tuple[MechanismSpec, ...]:
+    """Reads ``methods:``: a list of {grid, zip} over task settings (see the module docstring)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise BenchError(f"{where}: 'methods' must be a non-empty list of {{grid: ..., zip: ...}}")
+    specs = []
+    for i, spec in enumerate(value):
+        if not isinstance(spec, Mapping) or "name" in spec:
+            raise BenchError(f"{where}: methods[{i}] must be {{grid: ..., zip: ...}} over task settings, got {spec!r}")
+        specs.append(_mechanism_spec({"name": "task", **spec}, f"{where}: methods[{i}]"))
+    return tuple(specs)
 
 
 def suite_from_lists(
@@ -379,17 +404,20 @@ def expand(suite: Suite, placement: Placement) -> list[Cell]:
     for seed in suite.seeds:
         for benchmark in suite.benchmarks:
             for i, spec in enumerate(suite.mechanisms):
-                for params in spec.settings():
+                for params, method in itertools.product(spec.settings(), suite.method_settings()):
+                    overrides = {k: dict(v) for k, v in suite.overrides.items()}
+                    if method:
+                        overrides["task"] = {**overrides.get("task", {}), **method}
                     config = RunConfig(
                         task=benchmark, mechanism=spec.name, params=params, seed=seed, profile=suite.profile,
                         device=placement.device, data_root=placement.data_root, results_dir=placement.results_dir,
-                        cache_dir=placement.cache_dir, attacks=suite.attacks,
-                        overrides={k: dict(v) for k, v in suite.overrides.items()}, tracking_uri=placement.tracking_uri,
+                        cache_dir=placement.cache_dir, attacks=suite.attacks, overrides=overrides,
+                        tracking_uri=placement.tracking_uri,
                     )
                     try:
                         planned = plan(config)
                     except BenchError as exc:
-                        shown = " ".join(f"{k}={v}" for k, v in params.items())
+                        shown = " ".join(f"{k}={v}" for k, v in {**params, **method}.items())
                         raise BenchError(f"suite {suite.name!r}: mechanisms[{i}] ({spec.name}"
                                          f"{' ' + shown if shown else ''}) on {benchmark}: {exc}") from None
                     config = dataclasses.replace(config, params=dict(planned.mechanism.config))
@@ -398,9 +426,14 @@ def expand(suite: Suite, placement: Placement) -> list[Cell]:
 
 
 def cell_label(config: "RunConfig") -> str:
-    """Returns ``task mechanism(k=v, ...) seed N``."""
+    """Returns ``task mechanism(k=v, ...) seed N`` (with ``[training.epsilon=3]`` for method settings)."""
     params = ", ".join(f"{k}={v}" for k, v in config.params.items())
-    return f"{config.task} {config.mechanism}({params}) seed {config.seed}"
+    from bench.registry import tasks
+
+    prefixes = tuple(tasks.get(config.task).entry_settings) if config.task in tasks else ()
+    method = ", ".join(f"{k}={v}" for k, v in (config.overrides.get("task") or {}).items()
+                       if any(k == p or k.startswith(p + ".") for p in prefixes))
+    return f"{config.task} {config.mechanism}({params}){f' [{method}]' if method else ''} seed {config.seed}"
 
 
 def finished_runs(tracker: "Tracker", keys: Iterable[str]) -> dict[str, list[str]]:

@@ -47,6 +47,11 @@ class PrivacyClaim:
         note: Caveats (e.g. a data-dependent step the accountant does not cover).
         withheld: Released splits the claim does not cover (e.g. the split a mechanism
             was fitted on).
+        backed: Whether the code can back ``epsilon``. False for a nominal epsilon that an
+            analysis does not cover (a clipping threshold computed from private data):
+            such a claim is printed and ranked as ``unbacked``, never as a plain epsilon.
+        method: The training method the claim is about (``DP-SGD(flat, ε=3)``); empty for
+            a mechanism's claim.
     """
 
     epsilon: float
@@ -54,6 +59,8 @@ class PrivacyClaim:
     unit: str = ""
     note: str = ""
     withheld: tuple[str, ...] = ()
+    backed: bool = True
+    method: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the claim as a JSON-ready dict."""
@@ -62,6 +69,8 @@ class PrivacyClaim:
     def __str__(self) -> str:
         delta = f", delta={self.delta:g}" if self.delta else ""
         withheld = f" (withheld for {', '.join(self.withheld)})" if self.withheld else ""
+        if not self.backed:
+            return f"unbacked (nominal epsilon={self.epsilon:g}{delta}) [{self.unit}]{withheld}"
         return f"epsilon={self.epsilon:g}{delta} [{self.unit}]{withheld}"
 
 
@@ -192,6 +201,8 @@ class RunContext:
             tuning (selection must never look at test).
         benchmark: The benchmark (registered task name) the cell runs; adversaries read
             the attribute targets it declares. Empty: found from the dataset's name.
+        task: The cell's configured task, for adversaries that attack what the task
+            trained (``membership`` asks a :class:`TrainsClassifier` task for its models).
         log: Prints a progress line (quiet in CI).
         progress: Wraps an iterable in a progress bar: ``progress(iterable, total, desc)``.
     """
@@ -204,6 +215,7 @@ class RunContext:
     options: Mapping[str, str] = field(default_factory=dict)
     eval_split: str = "test"
     benchmark: str = ""
+    task: "Task | None" = None
     log: Callable[[str], None] = lambda msg: None
     progress: Callable[..., Any] = lambda it, total=None, desc=None: it
 
@@ -277,6 +289,27 @@ class Task(_Configurable):
     validation: ClassVar[bool] = False
     """Whether the task can measure on a validation split (``RunContext.eval_split == "val"``),
     as tuning requires; a task without one refuses tuning rather than select on test."""
+    provides: ClassVar[tuple[str, ...]] = ()
+    """What adversaries can ask of it besides the data (``trained_classifier``: its models)."""
+    tunable: ClassVar[ParamSpace] = ParamSpace()
+    """Task settings ``bench tune`` may search besides the mechanism's parameters (dotted
+    names such as ``training.epsilon``); a setting given with ``--set`` is held fixed."""
+    entry_settings: ClassVar[tuple[str, ...]] = ()
+    """Settings (dotted prefixes) that define a board *entry* rather than the board: a
+    training method (``training``) makes ``identity + DP-SGD(flat, ε=3)`` and
+    ``identity + DP-SGD(per_layer, ε=3)`` two rows of one board."""
+
+    def entry_label(self) -> str:
+        """Returns what its :attr:`entry_settings` name, for entry names (``DP-SGD(flat, ε=3)``); empty: none."""
+        return ""
+
+    def training_claim(self, clean: Splits) -> PrivacyClaim | None:
+        """Returns the guarantee of the task's own training for its training records, or None.
+
+        It is a second claim beside the mechanism's, in other units (a training record,
+        not an image of a release); the two are reported side by side, never merged.
+        """
+        return None
 
     @abc.abstractmethod
     def data_options(self) -> dict[str, Any]:
@@ -322,6 +355,8 @@ class AttackOutcome:
         chance: The primary metric of a guess that ignores the images.
         trials: How many probes ``clean`` was measured on (for the significance test of
             its advantage over chance); None skips the test (only the sign is checked).
+        pvalue: The attack's own p-value of its clean advantage (a Mann-Whitney test of
+            an AUC, say), used instead of the binomial test on ``trials``.
         parts: Target name -> its own outcome; when present they define the score.
     """
 
@@ -331,12 +366,13 @@ class AttackOutcome:
     chance: float
     trials: int | None = None
     parts: Mapping[str, "AttackOutcome"] = field(default_factory=dict)
+    pvalue: float | None = None
 
     def scores(self) -> dict[str, float | None]:
         """Returns target -> privacy score (None: undefined); ``""`` names a single-target attack."""
         if self.parts:
             return {name: part.privacy() for name, part in self.parts.items()}
-        return {"": scores.privacy_score(self.value, self.clean, self.chance, self.trials)}
+        return {"": scores.privacy_score(self.value, self.clean, self.chance, self.trials, pvalue=self.pvalue)}
 
     def privacy(self) -> float | None:
         """Returns the worst defined privacy score over the targets (DESIGN.md), or None."""
@@ -361,6 +397,8 @@ class Attack(_Configurable):
 
     role: ClassVar[str] = "attack"
     preset_package: ClassVar[str] = "attacks"
+    requires: ClassVar[str] = ""
+    """What the task must provide besides the data (see :attr:`Task.provides`); empty: nothing."""
     validation: ClassVar[bool] = False
     """Whether the attack can target the validation split (``RunContext.eval_split == "val"``)."""
 
@@ -404,7 +442,9 @@ class Result:
             protection (its clean advantage over chance is not significant).
         privacy_score: Worst (lowest) defined privacy score over the attacks (the strongest
             known attack); None without attacks or when every attack is too weak.
-        claim: The formal claim as a dict, or None.
+        claim: The mechanism's formal claim as a dict, or None.
+        training_claim: The task's training claim (DP-SGD's, for its training records) as a
+            dict, or None; never merged with ``claim``.
         release_metrics: Facts measured while releasing (MTCNN recall against the dataset's boxes).
         privacy_flags: ``attack`` or ``attack.target`` -> why its score is undefined
             (``attack too weak``).
@@ -448,6 +488,7 @@ class Result:
     privacy_flags: dict[str, str] = field(default_factory=dict)
     eval_split: str = "test"
     images: dict[str, Any] = field(default_factory=dict)
+    training_claim: dict[str, Any] | None = None
     schema: int = RESULT_SCHEMA
 
     @property

@@ -14,10 +14,17 @@ def _score(value: float | None, flag: str | None) -> str:
 
 
 def claim_text(claim: dict) -> str:
-    """Returns ``epsilon=3, delta=1e-09 [unit] (withheld for train)`` from a claim dict."""
+    """Returns ``epsilon=3, delta=1e-09 [unit] (withheld for train)`` from a claim dict.
+
+    A claim the code cannot back reads ``UNBACKED (nominal epsilon=3) [unit]``.
+    """
     delta = f", delta={claim['delta']:g}" if claim.get("delta") else ""
     withheld = f" (withheld for {', '.join(claim['withheld'])})" if claim.get("withheld") else ""
-    return f"epsilon={claim['epsilon']:g}{delta} [{claim.get('unit', '')}]{withheld}"
+    epsilon = f"epsilon={claim['epsilon']:g}{delta}"
+    if not claim.get("backed", True):
+        epsilon = f"UNBACKED (nominal {epsilon})"
+    method = f"{claim['method']}: " if claim.get("method") else ""
+    return f"{method}{epsilon} [{claim.get('unit', '')}]{withheld}"
 
 
 def format_result(result: Result, run_id: str | None = None, where: str | None = None) -> str:
@@ -54,6 +61,11 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
     lines.append("claim: " + (claim_text(claim) if claim else "none (no formal guarantee)"))
     if claim and claim.get("note"):
         lines.append(f"  note: {claim['note']}")
+    training = result.training_claim
+    if training:
+        lines.append("training claim: " + claim_text(training))
+        if training.get("note"):
+            lines.append(f"  note: {training['note']}")
     chain = result.images
     if chain:
         native = chain["native"]["median"]

@@ -147,6 +147,12 @@ def plan(config: RunConfig) -> Plan:
         if unable:
             raise BenchError(f"{' and '.join(unable)} cannot measure on a validation split, so tuning would "
                              "select on test; tune another benchmark or with --attacks naming attacks that can")
+    for name, attack in attacks.items():
+        needs = type(attack).requires
+        if needs and needs not in task_cls.provides:
+            offering = [t for t in task_registry.list() if needs in task_registry.get(t).provides]
+            raise BenchError(f"attack {name!r} needs a task that provides {needs!r} (such as "
+                             f"{', '.join(offering[:3]) or 'none registered'}); task {config.task!r} does not")
     shape = dataset_registry.get(task.dataset)().inspect(config.data_root, task.data_options())
     task.check_data(shape, config.split)
     for attack in attacks.values():
@@ -187,7 +193,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
     torch.use_deterministic_algorithms(True, warn_only=True)
     ctx = RunContext(
         device=plan_.device, seed=cfg.seed, profile=cfg.profile, data_root=cfg.data_root, cache_dir=cfg.cache,
-        options={}, eval_split=cfg.split, benchmark=cfg.task, log=log, progress=progress or (lambda it, total=None, desc=None: it),
+        options={}, eval_split=cfg.split, benchmark=cfg.task, task=plan_.task, log=log, progress=progress or (lambda it, total=None, desc=None: it),
     )
     log(f"loading {plan_.task.dataset}")
     clean = load_dataset(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache, cfg.verify_data)
@@ -213,6 +219,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         outcomes[name] = attack.run(clean, release, ctx)
     privacy = {name: o.privacy() for name, o in outcomes.items()}
     flags = attack_flags(outcomes)
+    training_claim = plan_.task.training_claim(clean)
     result = Result(
         cell_key=plan_.key, task=cfg.task, dataset=plan_.task.dataset, mechanism=cfg.mechanism,
         mechanism_version=type(plan_.mechanism).version, params=dict(plan_.mechanism.config), seed=cfg.seed,
@@ -225,6 +232,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         dataset_fingerprint=clean.fingerprint, synthetic=clean.synthetic, device=str(plan_.device),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         release_metrics=dict(release.metrics), images=chain,
+        training_claim=training_claim.to_dict() if training_claim else None,
     )
     return CellOutput(result, clean, release)
 

@@ -69,7 +69,7 @@ def is_significant(clean: float, chance: float, trials: int | None, alpha: float
 
 
 def privacy_score(value: float, clean: float, chance: float, trials: int | None = None,
-                  alpha: float = ALPHA) -> float | None:
+                  alpha: float = ALPHA, pvalue: float | None = None) -> float | None:
     """Returns ``1 - clip((value - chance) / (clean - chance), 0, 1)``, or None when undefined.
 
     Args:
@@ -78,6 +78,8 @@ def privacy_score(value: float, clean: float, chance: float, trials: int | None 
         chance: The metric of a guess that ignores the images.
         trials: Probes behind ``clean`` (for the significance test).
         alpha: Significance level.
+        pvalue: The attack's own p-value of its clean advantage (an AUC's Mann-Whitney
+            test); when given it replaces the binomial test on ``trials``.
 
     Returns:
         The privacy score in [0, 1]; None when the clean advantage over chance is not
@@ -85,7 +87,8 @@ def privacy_score(value: float, clean: float, chance: float, trials: int | None 
     """
     if any(not math.isfinite(x) for x in (value, clean, chance)):
         return None
-    if not is_significant(clean, chance, trials, alpha):
+    significant = clean > chance and pvalue < alpha if pvalue is not None else is_significant(clean, chance, trials, alpha)
+    if not significant:
         return None
     retained = min(max((value - chance) / (clean - chance), 0.0), 1.0)
     return 1.0 - retained

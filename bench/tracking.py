@@ -218,6 +218,8 @@ class Tracker:
             "synthetic": result.synthetic, "device": result.device, "schema": result.schema,
             "eval_split": result.eval_split,
             "claim": json.dumps(result.claim) if result.claim else "none",
+            "training_claim": json.dumps(result.training_claim) if result.training_claim else "none",
+            "training_claim_status": training_status(result.training_claim),
             "privacy_flags": json.dumps(result.privacy_flags, sort_keys=True) if result.privacy_flags else "none",
         }
         tags.update(flatten("version.", result.versions))
@@ -343,3 +345,10 @@ def _millis() -> int:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def training_status(claim: Mapping[str, Any] | None) -> str:
+    """Returns ``none``, ``backed`` or ``unbacked`` for a training claim (an MLflow tag to filter on)."""
+    if not claim:
+        return "none"
+    return "backed" if claim.get("backed", True) else "unbacked"

@@ -175,16 +175,17 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
     import optuna
 
     from bench.executors import execute_cell, open_tracker
-    from bench.registry import load_file, mechanisms
+    from bench.registry import load_file
     from bench.runner import plan
 
     for path in config.plugin_files:
         load_file(path)
     if config.base.attacks is not None and not config.base.attacks:
         raise BenchError("bench tune maximises privacy: the cells need at least one attack (drop --attacks none)")
-    space = search_space(mechanisms.get(config.base.mechanism).params, config.base.params)
+    space = full_space(config.base)
     if not space:
-        raise BenchError(f"mechanism {config.base.mechanism!r} has no parameter left to tune")
+        raise BenchError(f"mechanism {config.base.mechanism!r} has no parameter left to tune "
+                         f"(and task {config.base.task!r} no tunable setting that --set does not fix)")
     journal_path(config.storage, config.base.results_dir)
     base = plan(trial_config(config.base, config.base.params))
     if not base.attacks:
@@ -199,9 +200,8 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
         if sum(map(_counts, earlier)) >= config.trials:
             trial.set_user_attr(OVER_BUDGET, True)
             raise optuna.TrialPruned("the study has its trials")
-        params = dict(config.base.params)
-        params.update({name: _suggest(trial, name, dist) for name, dist in space.items()})
-        cfg = trial_config(config.base, params)
+        chosen = {name: _suggest(trial, name, dist) for name, dist in space.items()}
+        cfg = trial_config(config.base, {**config.base.params, **mechanism_part(chosen)}, task_part(chosen))
         try:
             planned = plan(cfg)
         except BenchError as exc:
@@ -236,9 +236,42 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
     return study
 
 
-def trial_config(base: "RunConfig", params: Mapping[str, Any]) -> "RunConfig":
-    """Returns the cell of a trial: the template with these parameters, evaluated on the validation split."""
-    return dataclasses.replace(base, params=dict(params), split="val")
+def trial_config(base: "RunConfig", params: Mapping[str, Any], task_settings: Mapping[str, Any] | None = None,
+                 split: str = "val") -> "RunConfig":
+    """Returns the cell of a trial: the template with these parameters and task settings, on the validation split."""
+    overrides = {k: dict(v) for k, v in base.overrides.items()}
+    if task_settings:
+        overrides["task"] = {**overrides.get("task", {}), **task_settings}
+    return dataclasses.replace(base, params=dict(params), overrides=overrides, split=split)
+
+
+TASK_PREFIX = "task."
+"""Trial parameters named ``task.<setting>`` are task settings (a training method's), not the mechanism's."""
+
+
+def full_space(base: "RunConfig") -> dict[str, Any]:
+    """Returns the searched distributions: the mechanism's free parameters and the task's tunable settings.
+
+    Task settings (``Task.tunable``) are named ``task.<setting>``; one given with ``--set``
+    is held fixed.
+    """
+    from bench.registry import mechanisms, tasks
+
+    space = search_space(mechanisms.get(base.mechanism).params, base.params)
+    fixed_task = dict(base.overrides.get("task") or {})
+    task_space = search_space(tasks.get(base.task).tunable, fixed_task)
+    space.update({TASK_PREFIX + name: dist for name, dist in task_space.items()})
+    return space
+
+
+def mechanism_part(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Returns the mechanism's parameters of a trial's values."""
+    return {k: v for k, v in values.items() if not k.startswith(TASK_PREFIX)}
+
+
+def task_part(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Returns the task settings of a trial's values (without the ``task.`` prefix)."""
+    return {k[len(TASK_PREFIX):]: v for k, v in values.items() if k.startswith(TASK_PREFIX)}
 
 
 @dataclass
@@ -251,6 +284,7 @@ class Selected:
         val_utility: Utility on the validation split (the trial's objective).
         val_privacy: Privacy on the validation split.
         test: The test cell's outcome.
+        settings: The task settings searched with them (``training.epsilon``), if any.
     """
 
     params: dict[str, Any]
@@ -258,6 +292,7 @@ class Selected:
     val_utility: float
     val_privacy: float
     test: CellOutcome
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 def still_running(study: "optuna.Study") -> int:
@@ -288,14 +323,16 @@ def run_selected_on_test(config: TuneConfig, study: "optuna.Study",
     tracker = open_tracker(config.base.results_dir, config.base.tracking_uri)
     selected = []
     for row in pareto_rows(study):
-        cfg = dataclasses.replace(config.base, params={**config.base.params, **row["params"]}, split="test")
+        cfg = trial_config(config.base, {**config.base.params, **mechanism_part(row["params"])},
+                           task_part(row["params"]), split="test")
         planned = plan(cfg)
         cfg = dataclasses.replace(cfg, params=dict(planned.mechanism.config))
         outcome = execute_cell(Cell(cfg, planned.key, cell_label(cfg)), config.plugin_files)
         if outcome.status == "done":
             tracker.client.set_tag(outcome.run_id, "bench.selected_by", config.name)
         on_cell(outcome)
-        selected.append(Selected(dict(cfg.params), row["trials"], row["utility"], row["privacy"], outcome))
+        selected.append(Selected(dict(cfg.params), row["trials"], row["utility"], row["privacy"], outcome,
+                                 task_part(row["params"])))
     return selected
 
 

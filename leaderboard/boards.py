@@ -270,6 +270,16 @@ def _comparisons(key: BoardKey, ranked: list[Standing], noise: Mapping[str, dict
 def _claim_type(cells: pd.DataFrame) -> str:
     claimed = cells[cells["epsilon"].notna()]
     units = sorted({unit or "unnamed unit" for unit in claimed["unit"]})
-    if units:
-        return "; ".join(units)
+    training = sorted({_training_type(label) for label in cells["training_claim"] if label})
+    if units or training:
+        return "; ".join(units + training)
     return EMPIRICAL_ONLY if cells["privacy"].notna().any() else NO_CLAIM
+
+
+def _training_type(label: str) -> str:
+    """``training record (DP-SGD)``, ``training: non-private`` or ``training record (DP-SGD), UNBACKED``."""
+    if "UNBACKED" in label:
+        return "training record (DP-SGD), UNBACKED"
+    if label.endswith("non-private"):
+        return "training: non-private"
+    return "training record (DP-SGD)"

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from bench.scores import TOO_WEAK
-from leaderboard.protocol import BoardKey, canonical_params, canonical_settings
+from leaderboard.protocol import BoardKey, board_overrides, canonical_params, canonical_settings
 
 __all__ = [
     "CELL_COLUMNS",
@@ -19,6 +19,7 @@ __all__ = [
     "cells_frame",
     "claim_label",
     "params_label",
+    "training_claim_label",
 ]
 
 NO_ADVERSARY = "no adversary"
@@ -49,6 +50,7 @@ CELL_COLUMNS = [
     "delta",
     "unit",
     "claim_label",
+    "training_claim",
     "source",
     "run_id",
     "cell_key",
@@ -106,6 +108,21 @@ def claim_label(epsilon: float, delta: float, unit: str) -> str:
     return f"eps={epsilon:g}{delta_part} [{unit}]" if unit else f"eps={epsilon:g}{delta_part}"
 
 
+def training_claim_label(claim: dict[str, Any] | None) -> str:
+    """Formats a training claim: ``DP-SGD(flat, ε=3): eps=3, delta=1e-05 [training record (DP-SGD)]``.
+
+    A claim the code cannot back reads ``UNBACKED (nominal eps=3 ...)``: never a plain epsilon.
+    """
+    if not claim:
+        return ""
+    epsilon, delta = _number(claim.get("epsilon")), _number(claim.get("delta", 0.0))
+    text = claim_label(epsilon, delta, _text(claim.get("unit"))) if math.isfinite(epsilon) else "non-private"
+    if not claim.get("backed", True):
+        text = f"UNBACKED (nominal {text})"
+    method = _text(claim.get("method"))
+    return f"{method}: {text}" if method else text
+
+
 def _utility(row: pd.Series) -> tuple[str, float, float]:
     metric = _text(row.get("primary_metric"))
     utility = _mapping(row.get("utility"))
@@ -128,7 +145,7 @@ def _privacy(row: pd.Series) -> tuple[float, str, str]:
 
 def _board(row: pd.Series) -> BoardKey:
     attacks = _mapping(row.get("attacks")) or {}
-    overrides = _mapping(row.get("overrides")) or {}
+    overrides = board_overrides(_text(row.get("task")), _mapping(row.get("overrides")) or {})
     synthetic = row.get("synthetic")
     return BoardKey(
         benchmark=_text(row.get("task")),
@@ -170,6 +187,7 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
         delta = _number(claim.get("delta", 0.0)) if claim else math.nan
         unit = _text(claim.get("unit")) if claim else ""
         params = _mapping(row.get("params")) or {}
+        training = training_claim_label(_mapping(row.get("training_claim")))
         key = _board(row)
         rows.append({
             "board": key.id, "board_key": key, "benchmark": key.benchmark, "profile": key.profile,
@@ -179,7 +197,8 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
             "seed": _number(row.get("seed")), "split": _text(row.get("eval_split"), "test"),
             "metric": metric, "utility": utility, "utility_se": utility_se, "privacy": privacy,
             "flag": flag, "flag_detail": detail, "epsilon": epsilon, "delta": delta, "unit": unit,
-            "claim_label": claim_label(epsilon, delta, unit), "source": _text(row.get("source"), "local"),
+            "claim_label": "; ".join(x for x in (claim_label(epsilon, delta, unit), training and f"training: {training}") if x),
+            "training_claim": training, "source": _text(row.get("source"), "local"),
             "run_id": _text(row.get("run_id")), "cell_key": _text(row.get("cell_key")),
         })
     return pd.DataFrame(rows, columns=CELL_COLUMNS)

@@ -146,16 +146,30 @@ def declarations_from_suite(suite: "Suite", data_root: Path | None = None) -> li
     """
     from bench.grid import Placement, expand
 
-    by_mechanism: dict[str, dict[str, DeclaredCell]] = {}
+    by_entry: dict[tuple[str, str], dict[str, DeclaredCell]] = {}
     for cell in expand(suite, Placement(results_dir=Path("results"), data_root=data_root)):
         cfg = cell.config
-        by_mechanism.setdefault(cfg.mechanism, {})[cell.key] = DeclaredCell(
+        by_entry.setdefault((cfg.mechanism, entry_label(cfg)), {})[cell.key] = DeclaredCell(
             cfg.task, canonical_params(cfg.params), cfg.seed)
     return [
-        Declaration(name=f"{suite.name}/{mechanism}", source=LOCAL, mechanism=mechanism, suite=suite.name,
-                    profile=suite.profile, seeds=tuple(suite.seeds), cells=cells)
-        for mechanism, cells in by_mechanism.items()
+        Declaration(name=f"{suite.name}/{mechanism}" + (f" + {label}" if label else ""), source=LOCAL,
+                    mechanism=mechanism, suite=suite.name, profile=suite.profile, seeds=tuple(suite.seeds), cells=cells)
+        for (mechanism, label), cells in by_entry.items()
     ]
+
+
+def entry_label(config: Any) -> str:
+    """Returns what a cell's entry-defining task settings name (``DP-SGD(flat, ε=3)``), or ``""``.
+
+    Cells of one mechanism trained by different methods are different entries (rows) of
+    one board; see :attr:`bench.interfaces.Task.entry_settings`.
+    """
+    from bench.registry import tasks
+
+    task_cls = tasks.get(config.task)
+    if not task_cls.entry_settings:
+        return ""
+    return task_cls(config.profile, dict(config.overrides.get("task") or {})).entry_label()
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ __all__ = [
     "LEVEL",
     "MIN_SEEDS",
     "canonical_params",
+    "board_overrides",
     "canonical_settings",
     "settings_label",
 ]
@@ -63,6 +64,26 @@ def canonical_settings(overrides: Mapping[str, Any] | None, attacks: Iterable[st
         if values
     }
     return json.dumps({"attacks": sorted(set(attacks)), "overrides": sections}, sort_keys=True, separators=(",", ":"))
+
+
+def board_overrides(benchmark: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Returns a cell's overrides without the task settings that define an entry, not a board.
+
+    A task's ``entry_settings`` (dp_vit's ``training``: the DP-SGD method) make rows of
+    one board; every other setting makes its own board. Unknown benchmarks keep them all.
+    """
+    from bench.errors import BenchError
+    from bench.registry import tasks
+
+    try:
+        prefixes = tuple(tasks.get(benchmark).entry_settings) if benchmark else ()
+    except BenchError:  # an unregistered plugin benchmark: every setting defines the board
+        prefixes = ()
+    if not prefixes or not overrides.get("task"):
+        return dict(overrides)
+    task = {k: v for k, v in dict(overrides["task"]).items()
+            if not any(k == p or k.startswith(p + ".") for p in prefixes)}
+    return {**overrides, "task": task}
 
 
 def _text(value: Any) -> str:

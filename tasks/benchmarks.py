@@ -9,6 +9,7 @@ benchmark's with ``preset=``; ``bench list benchmarks`` shows them with their ad
 from __future__ import annotations
 
 from bench.benchmarks import declare_benchmark as benchmark
+from tasks.dp_vit import DpVit
 from tasks.fewshot import FewShot
 from tasks.fidelity import Fidelity
 from tasks.reid import Reid
@@ -53,3 +54,13 @@ benchmark("reid_market1501", Reid, "market1501", PERSONS, attributes=("gender",)
 # FairFace (reID paper, Sec. IV-B2): the attribute adversary against the fidelity of the release.
 benchmark("attributes_fairface", Fidelity, "fairface", PERSONS, attributes=("gender", "age", "race"),
           description="FairFace: attribute adversary (gender/age/race) vs image fidelity (SSIM) of the release")
+
+# DP vision transformer (DP-ViT paper): a ViT trained with DP-SGD on the release; the
+# membership adversary (loss threshold, RMIA) checks the training's claim.
+VIT = "ViT trained with DP-SGD (task.training.*: clipping, epsilon, fusion)"
+benchmark("dp_vit_synth_objects", DpVit, "synth_objects", ("membership",),
+          description=f"{VIT} on synthetic 32 x 32 objects (10 classes); top-1, top-5")
+benchmark("dp_vit_cifar10", DpVit, "cifar10", ("membership",),
+          description=f"{VIT} on CIFAR-10; top-1, top-5")
+benchmark("dp_vit_folder", DpVit, "folder_images", ("membership",),
+          description=f"{VIT} on your own class-per-folder images (--set task.data.root=DIR); top-1, top-5")

@@ -112,9 +112,38 @@ def epsilon_lower_bound(
     Returns:
         float64 array (0-d for scalar input), >= 0.
     """
+    return epsilon_lower_bound_unequal(false_positives, trials, false_negatives, trials, delta, confidence)
+
+
+def epsilon_lower_bound_unequal(
+    false_positives: ArrayLike,
+    first_trials: ArrayLike,
+    false_negatives: ArrayLike,
+    second_trials: ArrayLike,
+    delta: float = 0.0,
+    confidence: float = 0.95,
+) -> np.ndarray:
+    """Returns the epsilon lower bound of :func:`epsilon_lower_bound` with unequal trial counts.
+
+    The false-positive rate is bounded from ``false_positives`` of ``first_trials`` and the
+    false-negative rate from ``false_negatives`` of ``second_trials``, each one-sided
+    Clopper-Pearson at ``1 - (1 - confidence) / 2`` (a membership test has as many trials
+    on each side as it has non-members and members).
+
+    Args:
+        false_positives: Trials on the first input that the test called the second.
+        first_trials: Trials on the first input (>= 1; arrays broadcast).
+        false_negatives: Trials on the second input that the test called the first.
+        second_trials: Trials on the second input (>= 1).
+        delta: The claim's delta.
+        confidence: Joint confidence of the bound.
+
+    Returns:
+        float64 array (0-d for scalar input), >= 0.
+    """
     each = 1.0 - (1.0 - confidence) / 2.0
-    fpr = clopper_pearson_upper(false_positives, trials, each)
-    fnr = clopper_pearson_upper(false_negatives, trials, each)
+    fpr = clopper_pearson_upper(false_positives, first_trials, each)
+    fnr = clopper_pearson_upper(false_negatives, second_trials, each)
     return epsilon_from_rates(fpr, fnr, delta)
 
 

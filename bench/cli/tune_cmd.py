@@ -19,7 +19,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench tune``."""
     p = subparsers.add_parser(
         "tune", help="search a mechanism's parameters for the utility-privacy Pareto front (Optuna NSGA-II)",
-        description="Multi-objective tuning of one mechanism on one benchmark. Every trial is a cell evaluated "
+        description="Multi-objective tuning of one mechanism on one benchmark (its parameters, and the task's tunable "
+                    "settings such as dp_vit's training method, task.training.*, unless --set fixes them). "
+                    "Every trial is a cell evaluated "
                     "on the validation split and logged to MLflow; once the study is full, the configurations it "
                     "selects (its Pareto set) are run on the test split as ordinary cells. Trials never enter a "
                     "leaderboard board. Start the same command on several machines with one --storage to share "
@@ -120,7 +122,8 @@ def format_selected(selected: "list[Selected]", seed: int) -> str:
              f"  {'val util':>8}  {'val priv':>8}  {'test util':>9}  {'test priv':>9}  {'run id':<32}  params"]
     for item in selected:
         result = item.test.result
-        params = ", ".join(f"{k}={_short(v)}" for k, v in item.params.items())
+        shown = {**item.params, **{f"task.{k}": v for k, v in item.settings.items()}}
+        params = ", ".join(f"{k}={_short(v)}" for k, v in shown.items())
         if item.test.status == "failed" or result is None:
             test = f"{'failed':>9}  {'':>9}  {item.test.error[:32]:<32}"
         else:

@@ -293,18 +293,22 @@ class Folder(Dataset):
 
     def _index(self, root: Path | None, options: Mapping[str, Any]) -> FolderIndex:
         opts = parse_options(self.name, options, DEFAULTS)
+        index = self._read_tree(root, opts)
+        index.groups = split_classes({c: len(v) for c, v in index.classes.items()}, opts, self.name)
+        index.selection()  # every selected image must have its boxes listed
+        return index
+
+    def _read_tree(self, root: Path | None, opts: dict[str, Any]) -> FolderIndex:
+        """Lists the tree and reads its annotations; the index's ``groups`` are left empty."""
         base = self._base(root, opts["root"])
         classes, skipped = scan_tree(base)
         if not classes:
-            raise BenchError(f"folder: no images in class folders under {base} ({len(skipped)} other file(s)); "
+            raise BenchError(f"{self.name}: no images in class folders under {base} ({len(skipped)} other file(s)); "
                              f"expected {self.layout}")
         images = {_key(f) for files in classes.values() for f in files}
         attributes = read_attributes(base / ATTRIBUTES, images) if (base / ATTRIBUTES).is_file() else None
         boxes = read_boxes(base / BOXES, images) if (base / BOXES).is_file() else None
-        groups = split_classes({c: len(v) for c, v in classes.items()}, opts, self.name)
-        index = FolderIndex(opts, base, classes, skipped, groups, attributes, boxes)
-        index.selection()  # every selected image must have its boxes listed
-        return index
+        return FolderIndex(opts, base, classes, skipped, {}, attributes, boxes)
 
     def _base(self, data_root: Path | None, given: Any) -> Path:
         if given is None:

@@ -1,0 +1,334 @@
+"""DP-ViT: a vision transformer trained with DP-SGD on the released training images.
+
+The DP vision transformer paper (``../shared/papers/dp-vit-image-recognition.txt``) trains a
+ViT with DP-SGD: flat clipping, its per-layer median clipping (Eqs. 9-13) and an adaptive
+weighted fusion of two DP models (Eqs. 14-17). The training method is a setting group
+(``task.training.*``, :class:`bench.dpsgd.method.TrainingMethod`) that names the *entry*,
+not the board: ``identity + DP-SGD(flat, ε=3)`` and ``identity + DP-SGD(per_layer, ε=3)``
+are two rows of one board.
+
+A cell carries two claims side by side, never merged: the mechanism's (about images of the
+release) and the training's, about one *training record* (one image; a person with many
+images is covered only by group privacy). ``per_layer_median`` computes its threshold from
+private gradients, so its ε is nominal and shown as unbacked.
+
+Models (the target, the non-private reference on clean images, the adversary's reference
+models) are cached by their data, method, schedule and seed, so every mechanism shares the
+non-private one and every cell of one training configuration shares its reference models.
+Model selection never looks at test: the last epoch (``selection: fixed``) or a private
+report-noisy-max on validation accuracy charged to the budget (``private_val``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from bench.config import setting
+from bench.datasets.base import DataShape, ImageSet, Splits
+from bench.dpsgd.accounting import CrossCheck
+from bench.dpsgd.method import Schedule, TrainingMethod, accounting_facts
+from bench.dpsgd.train import per_example_loss, predict_proba, train_private
+from bench.errors import BenchError
+from bench.interfaces import PrivacyClaim, Release, RunContext, Task
+from bench.modelcache import cached_model
+from bench.nn.vit import build_vit
+from bench.params import Param, ParamSpace
+
+MODEL_VERSION = 1
+TRAINED_CLASSIFIER = "trained_classifier"
+"""What :class:`DpVit` provides to adversaries: its trained models (see :class:`Classifier`)."""
+UNIT = "training record (DP-SGD)"
+GROUP_NOTE = ("a training record is one image: a person with k images in the training set is protected "
+              "only by group privacy (about k times epsilon)")
+
+
+@dataclass(frozen=True)
+class VitSettings:
+    """The ViT (torchvision ``VisionTransformer``, no pretrained weights).
+
+    Attributes:
+        patch_size: Patch side in pixels (divides the image side).
+        depth: Encoder blocks.
+        width: Hidden dimension (divisible by ``heads``).
+        heads: Attention heads.
+        mlp_dim: Hidden units of each block's MLP.
+    """
+
+    patch_size: int = setting(4, low=1)
+    depth: int = setting(4, low=1)
+    width: int = setting(64, low=4)
+    heads: int = setting(4, low=1)
+    mlp_dim: int = setting(128, low=1)
+
+
+@dataclass(frozen=True)
+class DpVitConfig:
+    """Settings of one dp_vit profile (``tasks/presets/dp_vit_*.yaml``).
+
+    Attributes:
+        data: Loader options of the dataset.
+        model: The ViT.
+        training: The training method (DP-SGD's clipping, target epsilon, delta, fusion,
+            model selection); it names the board entry.
+        schedule: Epochs, expected batch size, learning rate and optimiser.
+    """
+
+    data: dict = field(default_factory=dict)
+    model: VitSettings = field(default_factory=VitSettings)
+    training: TrainingMethod = field(default_factory=TrainingMethod)
+    schedule: Schedule = field(default_factory=lambda: Schedule(epochs=10, batch_size=256, lr=1e-3))
+
+
+@dataclass
+class Classifier:
+    """A trained classifier (one model, or two fused by Eqs. 14-17) with its training facts.
+
+    Attributes:
+        models: The trained models (eval mode).
+        report: Training facts (noise multiplier, steps, epsilon, per-epoch loss, ...).
+        device: Where the models run.
+    """
+
+    models: list[nn.Module]
+    report: dict[str, Any]
+    device: torch.device
+
+    def probs(self, images: torch.Tensor) -> torch.Tensor:
+        """Returns class probabilities [N, classes] of uint8 images (fused when two models)."""
+        return predict_proba(self.models, images, device=self.device)
+
+    def losses(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Returns the per-example cross-entropy [N] of uint8 images."""
+        return per_example_loss(self.models, images, labels, device=self.device)
+
+
+class _Members(nn.Module):
+    """The trained models as one module, so one cache entry holds a fused pair."""
+
+    def __init__(self, models: list[nn.Module]):
+        super().__init__()
+        self.members = nn.ModuleList(models)
+
+
+class DpVit(Task):
+    """Image classification by a ViT trained with DP-SGD on the release; top-1 / top-5 on test."""
+
+    metrics: ClassVar[dict[str, bool]] = {
+        "top1": True,
+        "top1_ci95": False,
+        "top5": True,
+        "top1_nonprivate": True,
+        "top5_nonprivate": True,
+        "dp_epsilon": False,
+        "dp_epsilon_check": False,
+        "dp_noise_multiplier": True,
+        "dp_steps": False,
+        "dp_accountants_agree": True,
+    }
+    primary: ClassVar[str] = "top1"
+    description: ClassVar[str] = "ViT trained with DP-SGD (flat / per-layer / per-layer median, fusion); top-1, top-5"
+    config_class: ClassVar[type] = DpVitConfig
+    validation: ClassVar[bool] = True
+    provides: ClassVar[tuple[str, ...]] = (TRAINED_CLASSIFIER,)
+    entry_settings: ClassVar[tuple[str, ...]] = ("training",)
+    tunable: ClassVar[ParamSpace] = ParamSpace(**{
+        "training.epsilon": Param(float, 3.0, low=0.0, low_open=True, log=True, tune=(0.5, 16.0),
+                                  help="target epsilon of DP-SGD per training record"),
+        "training.max_grad_norm": Param(float, 1.0, low=0.0, low_open=True, log=True, tune=(0.1, 10.0),
+                                        help="clipping norm C"),
+        "training.clipping": Param(str, "flat", choices=("flat", "per_layer", "per_layer_median"),
+                                   help="clipping mode"),
+    })
+
+    def data_options(self) -> dict[str, Any]:
+        """Returns the loader options of this profile."""
+        return dict(self.config.data)
+
+    def config_dict(self) -> dict[str, Any]:
+        """Returns the resolved configuration."""
+        return asdict(self.config)
+
+    def entry_label(self) -> str:
+        """Returns the training method's label (``DP-SGD(flat, ε=3)``)."""
+        return self.config.training.label()
+
+    def check_data(self, shape: DataShape | None, eval_split: str = "test") -> None:
+        """Checks the method against the training set's size and the splits the cell needs.
+
+        Raises:
+            BenchError: delta not below 1/N, a missing split, or private selection on a
+                validation cell (it would select on what the cell reports).
+        """
+        if shape is not None:
+            for split in ("train", eval_split, "population"):
+                if split not in shape:
+                    raise BenchError(f"task {self.name!r}: dataset {self.dataset!r} has no {split!r} split "
+                                     f"(dp_vit needs train, val, test and population)")
+            self.config.training.validate(shape["train"].images)
+        if eval_split == "val" and self.config.training.selection == "private_val":
+            raise BenchError(f"task {self.name!r}: task.training.selection=private_val selects on the validation "
+                             "split a tuning cell reports; tune with selection fixed")
+        build_vit(self._image_size(shape), **self._model_kwargs(2))  # checks patch / heads before any work
+
+    def training_claim(self, clean: Splits) -> PrivacyClaim | None:
+        """Returns DP-SGD's claim for one training record at the run's delta (None when non-private).
+
+        The epsilon is the accountant's for the noise multiplier and schedule the run
+        used, computed without training (the cached report is checked against it).
+        """
+        method = self.config.training
+        if not method.private:
+            return None
+        facts = self._accounting(len(clean["train"]))
+        note = f"{GROUP_NOTE}; {facts['note']}" if facts["note"] else GROUP_NOTE
+        return PrivacyClaim(epsilon=facts["epsilon"], delta=facts["delta"], unit=UNIT, note=note,
+                            backed=method.backed, method=method.label())
+
+    def evaluate(self, clean: Splits, released: Release, ctx: RunContext) -> dict[str, float]:
+        """Trains (or reuses) the DP model on the release and the non-private one on clean images; tests both."""
+        target = self.classifier(clean, released, ctx)
+        reference = self.classifier(clean, None, ctx)
+        split = ctx.eval_split
+        top1, top5 = topk_accuracy(target.probs(released.splits[split].images), released.splits[split].labels)
+        ref1, ref5 = topk_accuracy(reference.probs(clean[split].images), clean[split].labels)
+        n = len(released.splits[split])
+        facts = target.report
+        agree = accountants_agree(facts)
+        if self.config.training.private:
+            planned = self._accounting(len(clean["train"]))["epsilon"]
+            if not math.isclose(float(facts["epsilon"]), float(planned), rel_tol=1e-9, abs_tol=1e-12):
+                raise RuntimeError(f"the trained model's epsilon {facts['epsilon']} is not the claimed {planned}")
+        return {
+            "top1": top1, "top1_ci95": 1.96 * math.sqrt(max(top1 * (1 - top1), 1e-12) / n), "top5": top5,
+            "top1_nonprivate": ref1, "top5_nonprivate": ref5,
+            "dp_epsilon": float(facts.get("epsilon", math.inf)), "dp_epsilon_check": float(facts.get("epsilon_check", math.inf)),
+            "dp_noise_multiplier": float(facts.get("noise_multiplier", 0.0)), "dp_steps": float(facts.get("steps", 0)),
+            "dp_accountants_agree": agree,
+        }
+
+    # --- what adversaries may ask for (``provides = ("trained_classifier",)``) -----------------
+
+    def classifier(self, clean: Splits, released: Release | None, ctx: RunContext) -> Classifier:
+        """Returns the model trained on the release's train split by this cell's method.
+
+        With ``released=None``: the non-private reference trained on the clean train split
+        (shared by every mechanism and method).
+        """
+        classes = class_count(clean)
+        if released is None:
+            return self._trained(clean["train"], ("clean", clean.fingerprint), self.nonprivate_method(), classes, ctx)
+        val = released.splits["val"] if "val" in released.splits else None
+        return self._trained(released.splits["train"], ("release", released.key), self.config.training, classes,
+                             ctx, val)
+
+    def reference_classifiers(self, images: ImageSet, data_key: str, private: bool, subsets: list[torch.Tensor],
+                              classes: int, ctx: RunContext) -> list[Classifier]:
+        """Trains (or reuses) the adversary's reference models on subsets of ``images`` with this cell's recipe.
+
+        They are trained like the target (method, schedule, model) except that model
+        selection is the last epoch: the adversary has no private validation budget.
+
+        Args:
+            images: The adversary's population data (disjoint from every training record).
+            data_key: Content key of ``images`` (release key or clean fingerprint).
+            private: Use this cell's training method (True) or its non-private twin.
+            subsets: One index tensor per reference model.
+            classes: Number of classes.
+            ctx: The run.
+        """
+        method = replace(self.config.training, selection="fixed") if private else self.nonprivate_method()
+        return [self._trained(images.subset(index), ("reference", data_key, i, index.tolist()), method, classes, ctx)
+                for i, index in enumerate(subsets)]
+
+    def nonprivate_method(self) -> TrainingMethod:
+        """The non-private reference's method: one ViT, same schedule, no clipping or noise, last epoch.
+
+        It is the same for every mechanism and every training method of a board (clipping,
+        fusion and private selection are properties of a private method, not of the
+        reference), so one cached model serves them all.
+        """
+        return TrainingMethod(epsilon=math.inf)
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _trained(self, train: ImageSet, data_key: tuple, method: TrainingMethod, classes: int, ctx: RunContext,
+                 val: ImageSet | None = None) -> Classifier:
+        size = int(train.images.shape[-1])
+        count = 2 if method.fusion else 1
+        method.validate(len(train))
+        if method.selection == "private_val" and val is None:
+            raise BenchError(f"task {self.name!r}: task.training.selection=private_val needs a val split")
+        key_parts = ("dp_vit", MODEL_VERSION, data_key, asdict(self.config.model), asdict(method),
+                     asdict(self.config.schedule), ctx.seed, classes, size)
+
+        def build() -> nn.Module:
+            return _Members([build_vit(size, **self._model_kwargs(classes)) for _ in range(count)])
+
+        def train_into(members: nn.Module) -> dict[str, Any]:
+            validation = None if method.selection != "private_val" else (val.images, val.labels)
+            trained = train_private(lambda: build_vit(size, **self._model_kwargs(classes)), train.images, train.labels,
+                                    method, self.config.schedule, ctx.seed, ctx.device, val=validation,
+                                    progress=ctx.progress)
+            for slot, model in zip(members.members, trained.models):
+                slot.load_state_dict(model.state_dict())
+            return dict(trained.report)
+
+        members, report = cached_model(ctx.cache_dir, key_parts, build, train_into, ctx.log)
+        members = members.to(ctx.device).eval()
+        return Classifier(list(members.members), report, ctx.device)
+
+    def _accounting(self, n_train: int) -> dict[str, Any]:
+        """The claim's facts for N records, computed once per task (a PRV evaluation takes seconds)."""
+        memo = self.__dict__.setdefault("_facts", {})
+        if n_train not in memo:
+            memo[n_train] = accounting_facts(self.config.training, self.config.schedule, n_train)
+        return memo[n_train]
+
+    def _image_size(self, shape: DataShape | None) -> int:
+        return int(self.config.data.get("size", 32))
+
+    def _model_kwargs(self, classes: int) -> dict[str, Any]:
+        m = self.config.model
+        return {"patch_size": m.patch_size, "depth": m.depth, "width": m.width, "heads": m.heads,
+                "mlp_dim": m.mlp_dim, "classes": classes}
+
+
+def accountants_agree(facts: dict[str, Any]) -> float:
+    """Returns 1.0 when the run's two accountants agree within what is known (:class:`CrossCheck`), NaN when non-private.
+
+    Raises:
+        RuntimeError: They disagree: the claimed epsilon cannot be trusted, so the cell fails.
+    """
+    epsilon, check = float(facts.get("epsilon", math.inf)), float(facts.get("epsilon_check", math.inf))
+    if not math.isfinite(epsilon):
+        return math.nan
+    prv, rdp = (epsilon, check) if facts.get("accountant") == "prv" else (check, epsilon)
+    verdict = CrossCheck(prv, rdp)
+    if not verdict.holds:
+        raise RuntimeError(f"the PRV and RDP accountants disagree beyond their known difference (PRV {prv:.4g}, "
+                           f"RDP {rdp:.4g}, ratio {verdict.ratio:.3g}): the epsilon cannot be claimed")
+    return 1.0
+
+
+def class_count(clean: Splits) -> int:
+    """Returns the number of classes: the dataset's class names, else the largest label + 1 over the splits."""
+    names = clean.info.get("classes")
+    if names:
+        return len(names)
+    return max(int(s.labels.max()) + 1 for s in clean.sets.values() if len(s))
+
+
+def topk_accuracy(probs: torch.Tensor, labels: torch.Tensor, k: int = 5) -> tuple[float, float]:
+    """Returns (top-1, top-k) accuracy of class probabilities [N, C] against labels [N]."""
+    if len(labels) == 0:
+        return math.nan, math.nan
+    labels = labels.to(probs.device)
+    top = probs.topk(min(k, probs.shape[1]), dim=1).indices
+    top1 = (top[:, 0] == labels).float().mean().item()
+    topk = (top == labels[:, None]).any(dim=1).float().mean().item()
+    return float(top1), float(topk)

@@ -1,0 +1,177 @@
+"""dp_vit end to end (smoke): two claims side by side, an unbacked claim shown as such everywhere,
+training methods as rows of one board, and the membership adversary's requirements."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from bench.cli import main
+from bench.tracking import Tracker
+
+TASK = "dp_vit_synth_objects"
+DP_PIX = ["--mechanism", "dp_pix", "--param", "epsilon=1", "--param", "block=4"]
+MEDIAN = ["--mechanism", "identity", "--set", "task.training.clipping=per_layer_median"]
+
+
+def bench(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def cells(tmp_path_factory) -> dict:
+    """dp_pix under flat DP-SGD and identity under per-layer median clipping, in one results directory."""
+    results = tmp_path_factory.mktemp("dpvit") / "results"
+    printed = {}
+    for name, argv in (("dp_pix", DP_PIX), ("median", MEDIAN)):
+        code, out, err = bench("run", *argv, "--task", TASK, "--profile", "smoke", "--results-dir", str(results))
+        assert code == 0, err[-3000:]
+        printed[name] = out
+    tracker = Tracker(results, create=False)
+    runs = tracker.client.search_runs([tracker.experiment_id])
+    by_mechanism = {r.data.tags["bench.mechanism"]: r for r in runs}
+    return {"results": results, "printed": printed, "runs": by_mechanism, "tracker": tracker}
+
+
+def result_of(cells: dict, mechanism: str) -> dict:
+    tracker, run = cells["tracker"], cells["runs"][mechanism]
+    path = tracker.client.download_artifacts(run.info.run_id, "result.json", str(cells["results"] / f"dl-{mechanism}"))
+    return json.loads(Path(path).read_text())
+
+
+def test_a_mechanism_claim_and_the_training_claim_stand_side_by_side(cells):
+    printed = cells["printed"]["dp_pix"]
+    claim_line = next(line for line in printed.splitlines() if line.startswith("claim:"))
+    training_line = next(line for line in printed.splitlines() if line.startswith("training claim:"))
+    assert "m-pixel" in claim_line and "training record" not in claim_line
+    assert "DP-SGD(flat, ε=3)" in training_line and "[training record (DP-SGD)]" in training_line
+    result = result_of(cells, "dp_pix")
+    claim, training = result["claim"], result["training_claim"]
+    assert claim["epsilon"] == 1 and "m-pixel" in claim["unit"]
+    assert training["unit"] == "training record (DP-SGD)" and training["backed"] is True
+    assert training["epsilon"] <= 3.0 + 1e-6 and 0 < training["delta"] < 1 / 200
+    assert "group privacy" in training["note"]
+    utility = result["utility"]
+    # the run's accountant (PRV) against RDP for the same history: RDP is the looser upper bound
+    assert utility["dp_epsilon"] == pytest.approx(training["epsilon"])
+    assert utility["dp_epsilon"] - 0.02 <= utility["dp_epsilon_check"] <= 6 * utility["dp_epsilon"]
+    assert 0.0 <= utility["top5"] <= 1.0 and utility["top1"] <= utility["top5"]
+
+
+def test_membership_reports_both_attacks_against_the_non_private_reference(cells):
+    metrics = result_of(cells, "dp_pix")["attacks"]["membership"]
+    for attack in ("loss", "rmia"):
+        for key in ("auc", "auc_clean", "tpr_at_fpr_0.01", "epsilon_lower_bound", "auc_pvalue_clean"):
+            assert f"{attack}.{key}" in metrics
+        assert 0.0 <= metrics[f"{attack}.auc"] <= 1.0
+    assert metrics["chance"] == 0.5
+    assert metrics["auc"] == max(metrics["loss.auc"], metrics["rmia.auc"])
+
+
+def test_a_per_layer_median_claim_is_unbacked_in_the_table_in_mlflow_and_on_the_site(cells):
+    line = next(x for x in cells["printed"]["median"].splitlines() if x.startswith("training claim:"))
+    assert "UNBACKED (nominal epsilon=" in line and "per_layer_median" in line
+    tags = cells["runs"]["identity"].data.tags
+    assert tags["bench.training_claim_status"] == "unbacked"
+    assert json.loads(tags["bench.training_claim"])["backed"] is False
+    site = cells["results"].parent / "site"
+    code, _, err = bench("leaderboard", "build", "--results-dir", str(cells["results"]), "--out", str(site),
+                         "--suite", "smoke")
+    assert code == 0, err
+    pages = "".join(p.read_text(encoding="utf-8") for p in site.rglob("*.html"))
+    assert "UNBACKED (nominal eps=" in pages
+    assert "per_layer_median" in pages
+
+
+def test_training_methods_are_rows_of_one_board(cells):
+    from leaderboard.cells import cells_frame
+    from leaderboard.store import runs_frame
+
+    rows = cells_frame(runs_frame(cells["tracker"]))
+    assert len(rows) == 2 and rows["board"].nunique() == 1
+    assert sorted(rows["training_claim"].str.split(":").str[0]) == [
+        "DP-SGD(flat, ε=3)", "DP-SGD(per_layer_median, ε=3, unbacked)"]
+
+
+def test_a_suite_of_methods_declares_one_entry_per_method(tmp_path):
+    from bench.grid import load_suite
+    from leaderboard.declare import declarations_from_suite
+
+    suite = tmp_path / "methods.yaml"
+    suite.write_text(yaml.safe_dump({
+        "profile": "smoke", "seeds": [0, 1, 2], "benchmarks": [TASK], "mechanisms": [{"name": "identity"}],
+        "methods": [{"grid": {"training.epsilon": ["inf"]}},
+                    {"grid": {"training.epsilon": [3], "training.clipping": ["flat", "per_layer"]}}],
+    }))
+    declarations = declarations_from_suite(load_suite(suite))
+    names = sorted(d.name for d in declarations)
+    assert names == ["methods/identity + DP-SGD(flat, ε=3)", "methods/identity + DP-SGD(per_layer, ε=3)",
+                     "methods/identity + non-private"]
+    assert all(len(d.cells) == 3 for d in declarations)
+
+
+def test_the_shipped_quick_suite_validates(tmp_path):
+    code, out, err = bench("grid", "--suite", "dp_vit_quick", "--dry-run", "--results-dir", str(tmp_path / "r"))
+    assert code == 0, err
+    assert "grid: 30 cells" in out and "[training.epsilon=8, training.clipping=per_layer_median]" in out
+
+
+def test_membership_needs_a_task_that_trains_a_classifier(tmp_path):
+    code, _, err = bench("run", "--mechanism", "identity", "--task", "fewshot_synth_faces", "--profile", "smoke",
+                         "--attacks", "membership", "--results-dir", str(tmp_path / "r"))
+    assert code == 2
+    assert err.strip().count("\n") == 0 and "trained_classifier" in err and "dp_vit" in err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("task.training.delta=0.01", "below 1/N"),
+    ("task.training.clipping=median", "training.clipping"),
+    ("task.model.heads=3", "model.heads"),
+    ("task.training.selection_epsilon=5", "selection_epsilon"),
+])
+def test_training_settings_are_checked_before_any_work(tmp_path, setting, words):
+    extra = ["--set", "task.training.selection=private_val"] if "selection" in setting else []
+    code, _, err = bench("run", "--mechanism", "identity", "--task", TASK, "--profile", "smoke", "--set", setting,
+                         *extra, "--results-dir", str(tmp_path / "r"))
+    assert code == 2 and words in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_tune_searches_the_training_method_unless_it_is_fixed():
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    from bench.runner import RunConfig
+    from bench.tune import full_space, mechanism_part, task_part, trial_config
+
+    base = RunConfig(task=TASK, mechanism="dp_pix", params={"block": 4}, profile="smoke")
+    space = full_space(base)
+    assert isinstance(space["task.training.epsilon"], FloatDistribution) and space["task.training.epsilon"].log
+    assert isinstance(space["task.training.clipping"], CategoricalDistribution)
+    assert "epsilon" in space and "block" not in space  # the mechanism's free parameters too
+    fixed = full_space(RunConfig(task=TASK, mechanism="identity", overrides={"task": {"training.epsilon": "3"}}))
+    assert "task.training.epsilon" not in fixed and "task.training.clipping" in fixed
+    chosen = {"epsilon": 2.0, "task.training.epsilon": 4.0, "task.training.clipping": "per_layer"}
+    cfg = trial_config(base, {**base.params, **mechanism_part(chosen)}, task_part(chosen))
+    assert cfg.split == "val" and cfg.params == {"block": 4, "epsilon": 2.0}
+    assert cfg.overrides["task"] == {"training.epsilon": 4.0, "training.clipping": "per_layer"}
+
+
+def test_your_own_class_folders_train_a_dp_vit(tmp_path):
+    from tests.unit.test_folder_images import write_tree
+
+    root = write_tree(tmp_path / "objects", classes=4, per_class=30, extra_small=False)
+    code, out, err = bench("run", "--mechanism", "pixelate", "--param", "block=4", "--task", "dp_vit_folder",
+                           "--profile", "smoke", "--set", f"task.data.root={root}", "--results-dir", str(tmp_path / "r"))
+    assert code == 0, err[-3000:]
+    assert "training claim: DP-SGD(flat, ε=3)" in out and "attack.membership.rmia.auc" in out
