@@ -1,5 +1,6 @@
 """Test helpers for plugin authors: the conformance suites of the registered plugins."""
 
+from bench.testing.components import ATTACK_CHECKS, TASK_CHECKS, check_attack, check_task
 from bench.testing.mechanisms import (
     CHECKS,
     ConformanceError,
@@ -12,6 +13,7 @@ from bench.testing.mechanisms import (
 )
 
 __all__ = [
+    "ATTACK_CHECKS",
     "CHECKS",
     "ConformanceError",
     "NoiseProbe",
@@ -19,5 +21,8 @@ __all__ = [
     "register_audit_params",
     "register_noise_probe",
     "run_conformance",
+    "TASK_CHECKS",
+    "check_attack",
+    "check_task",
     "synthetic_boxes",
 ]
