@@ -9,3 +9,14 @@ __version__ = "0.1.0"
 #: Marks the top-level packages as PrivBench's own (``tasks``, ``attacks`` and
 #: ``leaderboard`` are generic import names that another distribution could shadow).
 PRIVBENCH_PACKAGE = True
+
+__all__ = ["__version__", "leaderboard", "results", "run"]
+
+
+def __getattr__(name: str):
+    """Imports the Python API (``bench.run``, ``bench.results``, ``bench.leaderboard``) on first use."""
+    if name in ("run", "results", "leaderboard"):
+        from bench import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'bench' has no attribute {name!r}")

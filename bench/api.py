@@ -1,0 +1,214 @@
+"""The Python API: run a cell, read results as a DataFrame, read the leaderboard.
+
+For notebooks and scripts, as lm-evaluation-harness's ``simple_evaluate``::
+
+    import bench
+
+    result = bench.run(mechanism="dp_pix", task="fewshot_synth_faces", params={"epsilon": 3, "block": 4},
+                       seed=0, profile="smoke", results_dir="results")
+    table = bench.results("results", mechanism="dp_pix")     # one row per cell, every metric a column
+    board = bench.leaderboard("results")                      # the boards' standings
+
+``bench.run`` takes the same single path as ``bench run`` (validation first, the cell lock,
+a FINISHED cell reused, MLflow logging) and returns the :class:`~bench.interfaces.Result`;
+errors a user can cause raise :class:`~bench.errors.BenchError` before any work.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from bench.errors import BenchError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from bench.interfaces import Result
+
+__all__ = ["leaderboard", "results", "run"]
+
+PathLike = str | os.PathLike
+
+
+def run(
+    mechanism: str,
+    task: str,
+    params: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    profile: str = "quick",
+    *,
+    settings: Mapping[str, Any] | None = None,
+    attacks: Sequence[str] | None = None,
+    device: str = "auto",
+    data_root: PathLike | None = None,
+    results_dir: PathLike = "results",
+    cache_dir: PathLike | None = None,
+    tracking_uri: str | None = None,
+    force: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> "Result":
+    """Computes one cell (or reuses its FINISHED run), logs it to MLflow and returns its result.
+
+    Args:
+        mechanism: Registered mechanism name.
+        task: Registered benchmark (task) name.
+        params: Mechanism parameters (Python values or strings).
+        seed: Base seed.
+        profile: ``smoke``, ``quick`` or ``paper``.
+        settings: Overrides as ``bench run --set`` takes them, either dotted
+            (``{"task.epochs": 3, "task.training.epsilon": 8}``) or by section
+            (``{"task": {"epochs": 3}, "face_reid": {"epochs": 2}}``).
+        attacks: Adversaries (None: the benchmark's own; ``[]``: none).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        data_root: Root of real datasets (default ``$BENCH_DATA``).
+        results_dir: MLflow database and artifacts.
+        cache_dir: Releases and trained models (default ``results_dir/cache``).
+        tracking_uri: MLflow tracking URI (default: sqlite in ``results_dir``).
+        force: Compute again even when the cell has a FINISHED run (the earlier run is
+            marked superseded).
+        log: Progress lines (default: none).
+
+    Returns:
+        The cell's result (``result.to_dict()`` is the row :func:`results` gives).
+
+    Raises:
+        BenchError: An unknown name, an invalid parameter or setting, missing data or an
+            unusable tracking store, before anything is computed or written.
+    """
+    from bench.cellrun import execute
+    from bench.runner import RunConfig, plan
+    from bench.tracking import Tracker
+
+    root = Path(data_root) if data_root is not None else (Path(os.environ["BENCH_DATA"]) if os.environ.get("BENCH_DATA") else None)
+    config = RunConfig(
+        task=task, mechanism=mechanism, params=dict(params or {}), seed=seed, profile=profile, device=device,
+        data_root=root, results_dir=Path(results_dir), cache_dir=Path(cache_dir) if cache_dir is not None else None,
+        attacks=None if attacks is None else tuple(attacks), overrides=sections(settings), tracking_uri=tracking_uri,
+    )
+    planned = plan(config)
+    tracker = Tracker(config.results_dir, tracking_uri)
+    outcome = execute(planned, tracker, force=force, log=log or (lambda message: None))
+    return outcome.result
+
+
+def sections(settings: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Returns overrides by section from dotted (``task.epochs``) or nested (``{"task": {...}}``) settings.
+
+    Raises:
+        BenchError: A dotted key without a section, or a section that is not a mapping.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in dict(settings or {}).items():
+        section, dot, name = str(key).partition(".")
+        if dot and name:
+            out.setdefault(section, {})[name] = value
+        elif isinstance(value, Mapping):
+            out.setdefault(section, {}).update({str(k): v for k, v in value.items()})
+        else:
+            raise BenchError(f"settings: {key!r} needs a section, e.g. 'task.{key}' (or {{'task': {{...}}}})")
+    return out
+
+
+def results(source: PathLike | str = "results", **filters: Any) -> "pd.DataFrame":
+    """Returns one row per FINISHED cell: identity, every metric, parameter, claim and tag as columns.
+
+    Columns: ``run_id``, ``cell_key``, ``task``, ``dataset``, ``mechanism``, ``seed``,
+    ``profile``, ``eval_split``, ``synthetic``, ``schema``, ``params`` (dict) and one
+    ``param.<name>`` column each, ``utility.<metric>``, ``attack.<attack>.<metric>``,
+    ``privacy.<attack>``, ``privacy_score``, ``claim.*`` and ``training_claim.*``
+    (epsilon, delta, unit, backed, method), ``privacy_flags``, ``runtime_s``, ``device``,
+    ``git_sha``, ``created`` and ``settings`` (the ``--set`` overrides as JSON).
+    Superseded runs and results of an older schema are left out.
+
+    Args:
+        source: A results directory (its ``mlflow.db``) or an MLflow tracking URI.
+        **filters: Column -> wanted value (or a list/tuple/set of values), e.g.
+            ``mechanism="dp_pix"``, ``seed=[0, 1]``.
+
+    Raises:
+        BenchError: No tracking store there, or a filter on a column that does not exist.
+    """
+    import pandas as pd
+
+    from bench.tracking import Tracker
+    from leaderboard.store import runs_frame
+
+    text = str(source)
+    tracker = Tracker(Path("results"), text, create=False) if "://" in text else Tracker(Path(text), create=False)
+    frame = results_frame(runs_frame(tracker))
+    for column, wanted in filters.items():
+        if column not in frame.columns:
+            raise BenchError(f"bench.results: no column {column!r} to filter on (columns: {', '.join(frame.columns[:12])}, ...)")
+        values = wanted if isinstance(wanted, (list, tuple, set, frozenset)) else [wanted]
+        frame = frame[frame[column].isin(list(values))]
+    return frame.reset_index(drop=True) if len(frame) else pd.DataFrame(columns=frame.columns)
+
+
+def results_frame(rows: "pd.DataFrame") -> "pd.DataFrame":
+    """Flattens :func:`leaderboard.store.runs_frame` rows (Result dicts) into one column per number."""
+    import pandas as pd
+
+    flat = []
+    for _, row in rows.iterrows():
+        out: dict[str, Any] = {k: row.get(k) for k in (
+            "run_id", "cell_key", "task", "dataset", "mechanism", "mechanism_version", "seed", "profile", "eval_split",
+            "synthetic", "schema", "runtime_s", "device", "git_sha", "created", "primary_metric", "dataset_fingerprint")}
+        params = dict(row.get("params") or {})
+        out["params"] = params
+        out.update({f"param.{k}": v for k, v in params.items()})
+        out.update({f"utility.{k}": v for k, v in dict(row.get("utility") or {}).items()})
+        for attack, metrics in dict(row.get("attacks") or {}).items():
+            out.update({f"attack.{attack}.{k}": v for k, v in dict(metrics).items()})
+        out.update({f"privacy.{k}": _number(v) for k, v in dict(row.get("privacy") or {}).items()})
+        out["privacy_score"] = _number(row.get("privacy_score"))
+        for name in ("claim", "training_claim"):
+            claim = row.get(name) if isinstance(row.get(name), dict) else {}
+            for field in ("epsilon", "delta", "unit", "backed", "method", "note"):
+                out[f"{name}.{field}"] = claim.get(field) if claim else None
+        out["privacy_flags"] = json.dumps(row.get("privacy_flags") or {}, sort_keys=True)
+        out["settings"] = json.dumps(row.get("overrides") or {}, sort_keys=True, default=str)
+        flat.append(out)
+    return pd.DataFrame(flat)
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def leaderboard(
+    results_dir: PathLike = "results",
+    *,
+    suites: Sequence[str] | None = None,
+    entries: PathLike | None = None,
+    profile: str | None = None,
+    tracking_uri: str | None = None,
+) -> "pd.DataFrame":
+    """Returns the leaderboard as ``bench leaderboard show`` ranks it: one row per entry per board.
+
+    Args:
+        results_dir: Where the local runs are.
+        suites: Suites whose local cells form declared entries (default: every shipped suite).
+        entries: Folder of submitted entry files (default: the package's), or None for the default.
+        profile: Only cells of this profile.
+        tracking_uri: MLflow tracking URI overriding the results directory's database.
+
+    Raises:
+        BenchError: No results at all, or a malformed entry or named suite.
+    """
+    import argparse
+    import contextlib
+    import io
+
+    from bench.cli.leaderboard_cmd import collect
+    from leaderboard.table import leaderboard_table
+
+    args = argparse.Namespace(suite=list(suites) if suites else None, data_root=None, results_dir=Path(results_dir),
+                              tracking_uri=tracking_uri, no_entries=False,
+                              entries=Path(entries) if entries is not None else None, profile=profile)
+    with contextlib.redirect_stderr(io.StringIO()):
+        board, _, _ = collect(args)
+    return leaderboard_table(board)

@@ -1,0 +1,144 @@
+"""Paper-style tables of results: one row per configuration (mechanism, parameters, method), seeds pooled.
+
+A row's utility is the mean over its seeds with a 95% interval (Student t over seeds;
+with one seed, the cell's own logged CI), privacy the mean of the defined scores (flagged
+cells counted, never scored), and its claims typed by unit: the mechanism's and a
+training claim, side by side (``UNBACKED`` where the code cannot back one). Rows of one
+benchmark, profile and data (synthetic or real) form one table, as on the boards.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from leaderboard.cells import cells_frame, claim_label
+from leaderboard.exports import csv_safe, markdown_escape
+from leaderboard.protocol import settings_label
+
+__all__ = ["REPORT_COLUMNS", "report_table", "to_latex", "to_markdown"]
+
+REPORT_COLUMNS = ["benchmark", "profile", "data", "settings", "mechanism", "configuration", "metric", "seeds", "utility",
+                  "utility_ci", "privacy", "privacy_sd", "flagged", "flag", "claim", "training_claim"]
+
+
+def report_table(rows: pd.DataFrame, benchmark: str | None = None) -> pd.DataFrame:
+    """Returns one row per configuration and benchmark (test-split cells only; tuning cells are left out).
+
+    Args:
+        rows: Result rows (``leaderboard.store.runs_frame`` / ``combine``).
+        benchmark: Only this benchmark.
+    """
+    cells = cells_frame(rows)
+    if len(cells) == 0:
+        return pd.DataFrame(columns=REPORT_COLUMNS)
+    cells = cells[cells["split"] == "test"]
+    if benchmark is not None:
+        cells = cells[cells["benchmark"] == benchmark]
+    out = []
+    keys = ["benchmark", "profile", "synthetic", "settings", "mechanism", "params_label", "training_claim"]
+    for (bench_name, profile, synthetic, settings, mechanism, params, training), group in cells.groupby(
+            keys, sort=True, dropna=False):
+        per_seed = group.groupby("seed").agg(utility=("utility", "mean"), se=("utility_se", "mean"),
+                                             privacy=("privacy", "mean"))
+        utility, half = _mean_ci(per_seed["utility"].to_numpy(float), per_seed["se"].to_numpy(float))
+        privacy = per_seed["privacy"].dropna().to_numpy(float)
+        method = training.split(":")[0] if training else ""
+        out.append({
+            "benchmark": bench_name, "profile": profile, "data": "synthetic" if synthetic else "real",
+            "settings": settings_label(settings), "mechanism": mechanism, "configuration": " + ".join(x for x in (params, method) if x) or "defaults",
+            "metric": group["metric"].iloc[0], "seeds": int(len(per_seed)), "utility": utility, "utility_ci": half,
+            "privacy": float(privacy.mean()) if len(privacy) else math.nan,
+            "privacy_sd": float(privacy.std(ddof=1)) if len(privacy) > 1 else math.nan,
+            "flagged": int(group["privacy"].isna().sum()),
+            "flag": "; ".join(sorted({f for f in group["flag"] if f})),
+            "claim": claim_label(*(float(group[c].iloc[0]) for c in ("epsilon", "delta")), str(group["unit"].iloc[0])),
+            "training_claim": training.split(": ", 1)[1] if ": " in training else training,
+        })
+    return pd.DataFrame(out, columns=REPORT_COLUMNS)
+
+
+def _mean_ci(values: np.ndarray, errors: np.ndarray) -> tuple[float, float]:
+    """Mean over seeds and its 95% half-width (t over seeds; one seed: its own CI)."""
+    if len(values) == 0:
+        return math.nan, math.nan
+    if len(values) == 1:
+        return float(values[0]), float(1.96 * errors[0]) if math.isfinite(errors[0]) else math.nan
+    t = stats.t.ppf(0.975, len(values) - 1)
+    return float(values.mean()), float(t * values.std(ddof=1) / math.sqrt(len(values)))
+
+
+def _pm(value: float, half: float, digits: int = 3) -> str:
+    if not math.isfinite(value):
+        return "–"
+    return f"{value:.{digits}f} ± {half:.{digits}f}" if math.isfinite(half) else f"{value:.{digits}f}"
+
+
+def _privacy_text(row: Any) -> str:
+    text = _pm(row.privacy, row.privacy_sd)
+    return text + (f" ({row.flagged} cell(s): {row.flag})" if row.flagged else "")
+
+
+def _sections(table: pd.DataFrame):
+    for (benchmark, profile, data, settings), rows in table.groupby(["benchmark", "profile", "data", "settings"],
+                                                                     sort=True):
+        yield f"{benchmark} · profile {profile} · {data} data · {settings}", rows
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    """Formats the report as Markdown: one table per benchmark, profile and data."""
+    if table.empty:
+        return "No finished test-split cells.\n"
+    lines = []
+    for title, rows in _sections(table):
+        metric = rows["metric"].iloc[0]
+        lines += [f"### {markdown_escape(title)}", "",
+                  f"| Mechanism | Configuration | Seeds | {markdown_escape(metric)} (95% CI) | Privacy (sd) | Claim | Training claim |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in rows.itertuples(index=False):
+            lines.append("| " + " | ".join(markdown_escape(x) for x in (
+                r.mechanism, r.configuration, r.seeds, _pm(r.utility, r.utility_ci), _privacy_text(r),
+                r.claim or "none", r.training_claim or "–")) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "ε": r"$\varepsilon$",
+                  "±": r"$\pm$", "–": "--", "·": r"$\cdot$"}
+
+
+def latex_escape(text: Any) -> str:
+    """Escapes text for a LaTeX table cell."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def to_latex(table: pd.DataFrame) -> str:
+    """Formats the report as LaTeX ``tabular`` environments (booktabs), one per benchmark, profile and data."""
+    if table.empty:
+        return "% No finished test-split cells.\n"
+    lines = []
+    for title, rows in _sections(table):
+        metric = rows["metric"].iloc[0]
+        lines += [f"% {latex_escape(title)}", r"\begin{tabular}{llrllll}", r"\toprule",
+                  f"Mechanism & Configuration & Seeds & {latex_escape(metric)} (95\\% CI) & Privacy (sd) & Claim & "
+                  r"Training claim \\", r"\midrule"]
+        for r in rows.itertuples(index=False):
+            cells = (r.mechanism, r.configuration, r.seeds, _pm(r.utility, r.utility_ci), _privacy_text(r),
+                     r.claim or "none", r.training_claim or "–")
+            lines.append(" & ".join(latex_escape(c) for c in cells) + r" \\")
+        lines += [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(lines)
+
+
+def to_csv_text(table: pd.DataFrame) -> str:
+    """Formats the report as CSV (text cells made safe for spreadsheets)."""
+    safe = table.copy()
+    for column in safe.columns:
+        if not pd.api.types.is_numeric_dtype(safe[column]):
+            safe[column] = safe[column].map(lambda v: csv_safe(v) if isinstance(v, str) else v)
+    return safe.to_csv(index=False, float_format="%.6g")

@@ -1,0 +1,85 @@
+"""The Python API as a notebook uses it: bench.run, then bench.results and bench.leaderboard as DataFrames."""
+
+from __future__ import annotations
+
+import pytest
+
+import bench
+from bench.errors import BenchError
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    results = tmp_path_factory.mktemp("api") / "results"
+    result = bench.run(mechanism="pixelate", task="fewshot_synth_faces", params={"block": 4}, seed=0, profile="smoke",
+                       attacks=["face_reid"], settings={"task.epochs": 1}, results_dir=results)
+    return results, result
+
+
+def test_run_then_results_gives_the_printed_row(ran):
+    results, result = ran
+    table = bench.results(results)
+    assert len(table) == 1
+    row = table.iloc[0]
+    assert row["cell_key"] == result.cell_key and row["schema"] == result.schema
+    assert row["mechanism"] == "pixelate" and row["param.block"] == 4 and row["seed"] == 0
+    assert row["utility.acc"] == pytest.approx(result.utility["acc"])
+    assert row["attack.face_reid.top1"] == pytest.approx(result.attacks["face_reid"]["top1"])
+    if result.privacy_score is not None:
+        assert row["privacy_score"] == pytest.approx(result.privacy_score)
+    assert row["claim.epsilon"] is None and row["training_claim.epsilon"] is None
+    assert '"epochs"' in row["settings"]
+
+
+def test_a_second_run_is_the_finished_cell(ran):
+    results, result = ran
+    again = bench.run(mechanism="pixelate", task="fewshot_synth_faces", params={"block": 4}, seed=0, profile="smoke",
+                      attacks=["face_reid"], settings={"task": {"epochs": 1}}, results_dir=results)
+    assert again.cell_key == result.cell_key and again.utility == result.utility
+    assert len(bench.results(results)) == 1
+
+
+def test_filters_select_rows_and_refuse_unknown_columns(ran):
+    results, _ = ran
+    assert len(bench.results(results, mechanism="pixelate", seed=[0, 1])) == 1
+    assert len(bench.results(results, mechanism="dp_pix")) == 0
+    with pytest.raises(BenchError, match="no column 'mechnism'"):
+        bench.results(results, mechnism="pixelate")
+
+
+def test_leaderboard_is_a_dataframe_of_standings(ran):
+    results, _ = ran
+    board = bench.leaderboard(results, suites=[])
+    assert {"board", "benchmark", "entry", "rank", "hv_mean", "status"} <= set(board.columns)
+
+
+def test_user_errors_are_bench_errors_before_any_work(tmp_path):
+    with pytest.raises(BenchError, match="did you mean"):
+        bench.run(mechanism="pixelat", task="fewshot_synth_faces", profile="smoke", results_dir=tmp_path / "r")
+    with pytest.raises(BenchError, match="needs a section"):
+        bench.run(mechanism="pixelate", task="fewshot_synth_faces", profile="smoke", settings={"epochs": 1},
+                  results_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("fmt, marker", [("markdown", "| pixelate | block=4 | 1 |"), ("latex", r"\begin{tabular}"),
+                                          ("csv", "benchmark,profile,data,settings")])
+def test_report_writes_paper_tables(ran, fmt, marker, tmp_path, capsys):
+    from bench.cli import main
+
+    results, result = ran
+    assert main(["report", "--results-dir", str(results), "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    assert marker in out and f"{result.utility['acc']:.3f}" in out
+    assert main(["report", "--results-dir", str(results), "--format", fmt, "--out", str(tmp_path / "t.txt")]) == 0
+    assert (tmp_path / "t.txt").read_text() == out
+
+
+def test_report_user_errors_are_one_line(ran, tmp_path, capsys):
+    from bench.cli import main
+
+    results, _ = ran
+    assert main(["report", "--results-dir", str(results), "--benchmark", "reid_market1501"]) == 2
+    assert main(["report", "--results-dir", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "no finished" in err
