@@ -5,8 +5,17 @@ from __future__ import annotations
 from bench.interfaces import Result
 
 
-def _fmt(value: float) -> str:
-    return "nan" if value != value else f"{value:.4f}"
+COUNTS = ("n_", "steps", "trials", "episodes", "members", "nonmembers")
+"""Metric names (their last part) that are counts, printed as integers."""
+
+
+def _fmt(value: float, name: str = "") -> str:
+    if value != value:
+        return "nan"
+    last = name.rsplit(".", 1)[-1].removesuffix("_clean")
+    if float(value).is_integer() and (last.startswith("n_") or last.endswith(COUNTS[1:])):
+        return str(int(value))
+    return f"{value:.4f}"
 
 
 def _score(value: float | None, flag: str | None) -> str:
@@ -42,12 +51,12 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
         if name.endswith("_ci95"):
             continue
         ci = utility.get(f"{name}_ci95")
-        shown = _fmt(value) + (f" ± {ci:.4f}" if ci is not None and ci == ci else "")
+        shown = _fmt(value, name) + (f" ± {ci:.4f}" if ci is not None and ci == ci else "")
         marker = " *" if name == result.primary_metric else ""
         lines.append(f"{'utility.' + name + marker:<34}{shown:>10}")
     for attack, metrics in result.attacks.items():
         for name, value in metrics.items():
-            lines.append(f"{'attack.' + attack + '.' + name:<34}{_fmt(value):>10}")
+            lines.append(f"{'attack.' + attack + '.' + name:<34}{_fmt(value, name):>10}")
         lines.append(f"{'privacy.' + attack:<34}{_score(result.privacy.get(attack), result.privacy_flags.get(attack)):>10}")
         for target, why in sorted(result.privacy_flags.items()):
             if target.startswith(attack + "."):

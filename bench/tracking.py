@@ -48,6 +48,11 @@ def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _param_key(name: str) -> str:
+    """Returns ``name`` with characters MLflow refuses in a key replaced by ``_``."""
+    return "".join(ch if ch.isalnum() or ch in "_-. /" else "_" for ch in name)[:250]
+
+
 def run_name(task: str, mechanism: str, params: Mapping[str, Any], seed: int) -> str:
     """Returns a run's name: ``task · mechanism(k=v, ...) · s<seed>``."""
     shown = ", ".join(f"{k}={v}" for k, v in params.items())
@@ -181,6 +186,7 @@ class Tracker:
             metrics=[Metric(k, float(v), stamp, 0) for k, v in metrics.items() if _is_number(v)],
             tags=[RunTag(k, str(v)) for k, v in self._tags(result).items()],
         )
+        self._log_settings(run_id, configs)
         with tempfile.TemporaryDirectory() as tmp:
             files = {"result.json": result.to_json().encode(),
                      "config.json": json.dumps(configs, indent=2, default=str).encode()}
@@ -189,6 +195,18 @@ class Tracker:
                 Path(tmp, filename).write_bytes(content)
             self.client.log_artifacts(run_id, tmp)
         self.client.set_terminated(run_id, "FINISHED")
+
+    def _log_settings(self, run_id: str, configs: Mapping[str, Any]) -> None:
+        """Logs the resolved task and attack settings as params (``task.schedule.epochs``, ``attack.face_reid.epochs``)."""
+        from mlflow.entities import Param
+
+        settings = flatten("task.", dict(configs.get("task") or {}))
+        for attack, values in dict(configs.get("attacks") or {}).items():
+            settings.update(flatten(f"attack.{attack}.", dict(values or {})))
+        params = [Param(_param_key(k), (json.dumps(v, default=str) if isinstance(v, (list, tuple)) else str(v))[:6000])
+                  for k, v in settings.items()]
+        for start in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
+            self.client.log_batch(run_id, params=params[start:start + 100])
 
     def fail_cell(self, run_id: str, error: str, trace: str = "", status: str = "FAILED") -> None:
         """Marks a cell's run FAILED (or KILLED) with its one-line error and traceback."""

@@ -83,3 +83,15 @@ def test_report_user_errors_are_one_line(ran, tmp_path, capsys):
     assert main(["report", "--results-dir", str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 2 and "no finished" in err
+
+
+def test_mlflow_carries_task_and_attack_settings_as_params(ran):
+    from bench.tracking import Tracker
+
+    results, result = ran
+    tracker = Tracker(results, create=False)
+    run = tracker.client.search_runs([tracker.experiment_id])[0]
+    params = run.data.params
+    assert params["task.epochs"] == "1" and params["mech.block"] == "4"
+    assert "attack.face_reid.epochs" in params and "task.data.n_ids" in params
+    assert run.info.run_name == "fewshot_synth_faces · pixelate(block=4) · s0"
