@@ -105,9 +105,17 @@ class Param:
         return f"{kind} in {left}{lo}, {hi}{right}" + (" or none" if self.nullable else "")
 
     def describe(self) -> str:
-        """Returns one line: type, range, scale and default."""
+        """Returns one line: type, range, scale, default and what ``bench tune`` searches."""
         scale = ", log scale" if self.log else ""
-        return f"{self.describe_range()}{scale}; default {self.default!r}"
+        if self.type is str:
+            tuned = "; tuned over its choices" if self.choices and len(self.choices) > 1 else ""
+        else:
+            try:
+                low, high = self.tune_range()
+                tuned = f"; tuned over [{_fmt(low)}, {_fmt(high)}]" if low != high else "; not tuned"
+            except BenchError:
+                tuned = "; not tuned"
+        return f"{self.describe_range()}{scale}; default {self.default!r}{tuned}"
 
     def tune_range(self) -> tuple[float, float]:
         """Returns the finite (low, high) range searched when tuning.

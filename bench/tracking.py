@@ -48,6 +48,22 @@ def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+EXPERIMENT_KIND = "mlflow.experimentKind"
+CLASSIC_VIEW = "custom_model_development"
+"""The experiment kind that makes MLflow 3's UI open the classic ML view (runs, metrics), not the GenAI one."""
+
+
+def system_tags() -> dict[str, str]:
+    """Returns the tags MLflow's own logging sets (source name and type, user), which the client API does not."""
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = "unknown"
+    return {"mlflow.source.name": "bench", "mlflow.source.type": "LOCAL", "mlflow.user": user}
+
+
 def _param_key(name: str) -> str:
     """Returns ``name`` with characters MLflow refuses in a key replaced by ``_``."""
     return "".join(ch if ch.isalnum() or ch in "_-. /" else "_" for ch in name)[:250]
@@ -139,7 +155,8 @@ class Tracker:
                 if self.uri.startswith("sqlite:///"):
                     location = (self.results_dir.resolve() / "artifacts").as_uri()
                 try:
-                    self._experiment_id = self.client.create_experiment(EXPERIMENT, artifact_location=location)
+                    self._experiment_id = self.client.create_experiment(EXPERIMENT, artifact_location=location,
+                                                                        tags={EXPERIMENT_KIND: CLASSIC_VIEW})
                 except MlflowException:  # another process created it first
                     self._experiment_id = self.client.get_experiment_by_name(EXPERIMENT).experiment_id
         return self._experiment_id
@@ -156,7 +173,8 @@ class Tracker:
         """
         from mlflow.entities import Param
 
-        tags = {f"{TAG}cell_key": cell_key, f"{TAG}host": socket.gethostname(), f"{TAG}pid": str(os.getpid())}
+        tags = {f"{TAG}cell_key": cell_key, f"{TAG}host": socket.gethostname(), f"{TAG}pid": str(os.getpid()),
+                **system_tags()}
         if lock is not None:
             tags[f"{TAG}lock"] = str(Path(lock).resolve())
         for name in ("task", "mechanism", "seed", "profile"):
@@ -187,6 +205,7 @@ class Tracker:
             tags=[RunTag(k, str(v)) for k, v in self._tags(result).items()],
         )
         self._log_settings(run_id, configs)
+        self._log_dataset(run_id, result)
         with tempfile.TemporaryDirectory() as tmp:
             files = {"result.json": result.to_json().encode(),
                      "config.json": json.dumps(configs, indent=2, default=str).encode()}
@@ -195,6 +214,18 @@ class Tracker:
                 Path(tmp, filename).write_bytes(content)
             self.client.log_artifacts(run_id, tmp)
         self.client.set_terminated(run_id, "FINISHED")
+
+    def _log_dataset(self, run_id: str, result: Result) -> None:
+        """Logs the cell's data as an MLflow dataset input: its name, content fingerprint and kind."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        source = json.dumps({"dataset": result.dataset, "synthetic": result.synthetic, "fingerprint": result.dataset_fingerprint,
+                             "images": result.images.get("stored") if result.images else None})
+        dataset = Dataset(name=result.dataset, digest=result.dataset_fingerprint[:36] or "unknown",
+                          source_type="synthetic" if result.synthetic else "local", source=source)
+        context = InputTag("mlflow.data.context", result.eval_split)
+        with contextlib.suppress(Exception):  # an older server without dataset inputs still gets the run
+            self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags=[context])])
 
     def _log_settings(self, run_id: str, configs: Mapping[str, Any]) -> None:
         """Logs the resolved task and attack settings as params (``task.schedule.epochs``, ``attack.face_reid.epochs``)."""

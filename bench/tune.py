@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -105,6 +106,12 @@ def search_space(space: "ParamSpace", fixed: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
+def storage_text(url: str | None, results_dir: Path) -> str:
+    """Returns where a study lives, for the user: the journal file, or the RDB URL."""
+    path = journal_path(url, results_dir)
+    return f"journal {path}" if path is not None else str(url)
+
+
 def journal_path(url: str | None, results_dir: Path) -> Path | None:
     """Returns the journal file a storage URL names, or None for an RDB URL; writes nothing.
 
@@ -149,6 +156,7 @@ def open_study(config: TuneConfig) -> "optuna.Study":
     from optuna.samplers import NSGAIISampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     sampler = NSGAIISampler(population_size=config.population_size, seed=config.sampler_seed)
     study = optuna.create_study(
         storage=open_storage(config.storage, config.base.results_dir), study_name=config.name,
@@ -200,7 +208,7 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
         if sum(map(_counts, earlier)) >= config.trials:
             trial.set_user_attr(OVER_BUDGET, True)
             raise optuna.TrialPruned("the study has its trials")
-        chosen = {name: _suggest(trial, name, dist) for name, dist in space.items()}
+        chosen = {name: rounded(_suggest(trial, name, dist)) for name, dist in space.items()}
         cfg = trial_config(config.base, {**config.base.params, **mechanism_part(chosen)}, task_part(chosen))
         try:
             planned = plan(cfg)
@@ -323,8 +331,9 @@ def run_selected_on_test(config: TuneConfig, study: "optuna.Study",
     tracker = open_tracker(config.base.results_dir, config.base.tracking_uri)
     selected = []
     for row in pareto_rows(study):
-        cfg = trial_config(config.base, {**config.base.params, **mechanism_part(row["params"])},
-                           task_part(row["params"]), split="test")
+        chosen = {k: rounded(v) for k, v in row["params"].items()}
+        cfg = trial_config(config.base, {**config.base.params, **mechanism_part(chosen)}, task_part(chosen),
+                           split="test")
         planned = plan(cfg)
         cfg = dataclasses.replace(cfg, params=dict(planned.mechanism.config))
         outcome = execute_cell(Cell(cfg, planned.key, cell_label(cfg)), config.plugin_files)
@@ -332,13 +341,24 @@ def run_selected_on_test(config: TuneConfig, study: "optuna.Study",
             tracker.client.set_tag(outcome.run_id, "bench.selected_by", config.name)
         on_cell(outcome)
         selected.append(Selected(dict(cfg.params), row["trials"], row["utility"], row["privacy"], outcome,
-                                 task_part(row["params"])))
+                                 task_part(chosen)))
     return selected
 
 
 def _fail(trial: "optuna.Trial", error: str) -> None:
     trial.set_user_attr("error", error[:2000])
     raise _TrialFailed(error)
+
+
+SIGNIFICANT = 3
+"""Significant digits a sampled float keeps: the cell runs (and is named) with ``epsilon=4.8``, not 4.79670484931456."""
+
+
+def rounded(value: Any) -> Any:
+    """Returns a sampled float rounded to :data:`SIGNIFICANT` digits (other values unchanged)."""
+    if isinstance(value, float) and math.isfinite(value) and value != 0:
+        return float(f"{value:.{SIGNIFICANT}g}")
+    return value
 
 
 def _suggest(trial: "optuna.Trial", name: str, dist: Any) -> Any:

@@ -41,6 +41,8 @@ def describe(kind: str, name: str, obj) -> list[str]:
         lines += describe_benchmark(obj)
     elif kind == "tasks":
         lines.append(f"    dataset {obj.dataset}; primary metric {obj.primary}; attacks {', '.join(obj.attacks) or 'none'}")
+        for pname, param in obj.tunable.items():
+            lines.append(f"    task.{pname:<24} {param.describe()}" + (f"  ({param.help})" if param.help else ""))
     elif kind == "attacks":
         lines.append(f"    primary metric {obj.primary}")
     elif kind == "datasets":

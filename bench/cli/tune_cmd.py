@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def tune(args: argparse.Namespace) -> int:
     """Runs trials until the study is full, prints its Pareto trials and runs them on test."""
     from bench.errors import BenchError
-    from bench.tune import TuneConfig, run_selected_on_test, still_running
+    from bench.tune import TuneConfig, run_selected_on_test, still_running, storage_text
     from bench.tune import tune as run_study
 
     if args.trials < 1:
@@ -56,6 +56,8 @@ def tune(args: argparse.Namespace) -> int:
                         population=args.population, sampler_seed=args.sampler_seed,
                         plugin_files=tuple(p.resolve() for p in args.mechanism_file))
     study = run_study(config, (lambda number, outcome: None) if args.quiet else print_trial)
+    print(f"study {config.name!r} in {storage_text(args.storage, base.results_dir)} (another worker joins it with "
+          f"--storage and --study)")
     print(format_pareto(study, args.trials))
     running = still_running(study)
     if running:

@@ -95,3 +95,9 @@ def test_mlflow_carries_task_and_attack_settings_as_params(ran):
     assert params["task.epochs"] == "1" and params["mech.block"] == "4"
     assert "attack.face_reid.epochs" in params and "task.data.n_ids" in params
     assert run.info.run_name == "fewshot_synth_faces · pixelate(block=4) · s0"
+    assert run.data.tags["mlflow.source.name"] == "bench" and run.data.tags["mlflow.user"]
+    experiment = tracker.client.get_experiment(tracker.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # the classic ML view
+    (dataset,) = run.inputs.dataset_inputs
+    assert dataset.dataset.name == "synth_faces" and dataset.dataset.digest == result.dataset_fingerprint[:36]
+    assert dataset.dataset.source_type == "synthetic"
