@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -73,14 +72,23 @@ def interval_text(low: Any, high: Any) -> str:
     return f"[{fmt(low)}, {fmt(high)}]"
 
 
-def write_csv(table: pd.DataFrame, path: str | Path) -> None:
-    """Writes a table as CSV with every text cell passed through :func:`csv_safe`."""
+def _csv_safe_frame(table: pd.DataFrame) -> pd.DataFrame:
     safe = table.copy()
     for column in safe.columns:
         if not pd.api.types.is_numeric_dtype(safe[column]):
             safe[column] = safe[column].map(lambda v: csv_safe(v) if isinstance(v, str) else v)
     safe.columns = [csv_safe(c) for c in safe.columns]
-    safe.to_csv(path, index=False, float_format="%.6g")
+    return safe
+
+
+def csv_text(table: pd.DataFrame) -> str:
+    """Returns a table as CSV text with every text cell (and header) passed through :func:`csv_safe`."""
+    return _csv_safe_frame(table).to_csv(index=False, float_format="%.6g")
+
+
+def write_csv(table: pd.DataFrame, path: Any) -> None:
+    """Writes a table as CSV (a path or a text buffer; see :func:`csv_text`)."""
+    _csv_safe_frame(table).to_csv(path, index=False, float_format="%.6g")
 
 
 PROTOCOL_LINE = (f"Ranked by the mean over ≥ {MIN_SEEDS} seeds of each seed's frontier hypervolume over a declared "

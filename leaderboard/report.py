@@ -17,7 +17,7 @@ import pandas as pd
 from scipy import stats
 
 from leaderboard.cells import cells_frame, claim_label
-from leaderboard.exports import csv_safe, markdown_escape
+from leaderboard.exports import csv_text, markdown_escape
 from leaderboard.protocol import settings_label
 
 __all__ = ["REPORT_COLUMNS", "report_table", "to_latex", "to_markdown"]
@@ -83,6 +83,12 @@ def _privacy_text(row: Any) -> str:
     return text + (f" ({row.flagged} cell(s): {row.flag})" if row.flagged else "")
 
 
+def _cells(row: Any) -> tuple:
+    """One row's printed cells: mechanism, configuration, seeds, utility ± CI, privacy (sd), claims."""
+    return (row.mechanism, row.configuration, row.seeds, _pm(row.utility, row.utility_ci), _privacy_text(row),
+            row.claim or "none", row.training_claim or "–")
+
+
 def _sections(table: pd.DataFrame):
     for (benchmark, profile, data, settings), rows in table.groupby(["benchmark", "profile", "data", "settings"],
                                                                      sort=True):
@@ -100,9 +106,7 @@ def to_markdown(table: pd.DataFrame) -> str:
                   f"| Mechanism | Configuration | Seeds | {markdown_escape(metric)} (95% CI) | Privacy (sd) | Claim | Training claim |",
                   "|---|---|---|---|---|---|---|"]
         for r in rows.itertuples(index=False):
-            lines.append("| " + " | ".join(markdown_escape(x) for x in (
-                r.mechanism, r.configuration, r.seeds, _pm(r.utility, r.utility_ci), _privacy_text(r),
-                r.claim or "none", r.training_claim or "–")) + " |")
+            lines.append("| " + " | ".join(markdown_escape(x) for x in _cells(r)) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -128,17 +132,11 @@ def to_latex(table: pd.DataFrame) -> str:
                   f"Mechanism & Configuration & Seeds & {latex_escape(metric)} (95\\% CI) & Privacy (sd) & Claim & "
                   r"Training claim \\", r"\midrule"]
         for r in rows.itertuples(index=False):
-            cells = (r.mechanism, r.configuration, r.seeds, _pm(r.utility, r.utility_ci), _privacy_text(r),
-                     r.claim or "none", r.training_claim or "–")
-            lines.append(" & ".join(latex_escape(c) for c in cells) + r" \\")
+            lines.append(" & ".join(latex_escape(c) for c in _cells(r)) + r" \\")
         lines += [r"\bottomrule", r"\end{tabular}", ""]
     return "\n".join(lines)
 
 
 def to_csv_text(table: pd.DataFrame) -> str:
     """Formats the report as CSV (text cells made safe for spreadsheets)."""
-    safe = table.copy()
-    for column in safe.columns:
-        if not pd.api.types.is_numeric_dtype(safe[column]):
-            safe[column] = safe[column].map(lambda v: csv_safe(v) if isinstance(v, str) else v)
-    return safe.to_csv(index=False, float_format="%.6g")
+    return csv_text(table)
