@@ -101,3 +101,25 @@ def test_mlflow_carries_task_and_attack_settings_as_params(ran):
     (dataset,) = run.inputs.dataset_inputs
     assert dataset.dataset.name == "synth_faces" and dataset.dataset.digest == result.dataset_fingerprint[:36]
     assert dataset.dataset.source_type == "synthetic"
+
+
+def test_a_copied_results_directory_reads_its_own_artifacts_after_relocate(ran, tmp_path, capsys):
+    import shutil
+
+    from bench.cli import main
+
+    results, result = ran
+    first = tmp_path / "first"
+    shutil.copytree(results, first)
+    assert main(["relocate", "--results-dir", str(first)]) == 0
+    assert "moved from" in capsys.readouterr().out
+    moved = tmp_path / "elsewhere" / "results"
+    shutil.copytree(first, moved)
+    shutil.rmtree(first)  # the folder the store pointed at is gone
+    assert len(bench.results(moved)) == 0  # its runs' artifacts cannot be read
+    assert "bench relocate --results-dir" in capsys.readouterr().err
+    assert main(["relocate", "--results-dir", str(moved)]) == 0
+    table = bench.results(moved)
+    assert len(table) == 1 and table.iloc[0]["utility.acc"] == pytest.approx(result.utility["acc"])
+    assert main(["relocate", "--results-dir", str(moved)]) == 0 and "nothing to do" in capsys.readouterr().out
+    assert "bench relocate" not in capsys.readouterr().err

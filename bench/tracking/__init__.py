@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -118,12 +119,25 @@ class Tracker:
             raise BenchError(f"cannot create the results directory {database.parent}: {exc.strerror or exc}") from None
         if database.exists():  # open and probe it without writing anything
             self.client = self._open(probe=False)
+            self._warn_if_moved(database)
             return
         # Processes starting together on one results directory would otherwise race to
         # create MLflow's sqlite schema and the experiment.
         with file_lock(database.parent / ".bench-init.lock"):
             self.client = self._open(probe=False)
             _ = self.experiment_id
+
+    def _warn_if_moved(self, database: Path) -> None:
+        """Says in one line when a copied or moved results directory still points at the old artifacts."""
+        from bench.tracking.relocate import moved_from
+
+        if database.resolve() != (self.results_dir / "mlflow.db").resolve():
+            return
+        with contextlib.suppress(Exception):  # a store of another schema: the probe has spoken already
+            old = moved_from(self.results_dir)
+            if old is not None:
+                print(f"[bench] warning: {self.results_dir} was copied or moved (its runs' artifacts are still read "
+                      f"from {old}); run 'bench relocate --results-dir {self.results_dir}'", file=sys.stderr)
 
     def _open(self, probe: bool) -> Any:
         """Opens the client and touches the store once; any failure is one BenchError line."""

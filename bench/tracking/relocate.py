@@ -1,0 +1,84 @@
+"""Relocating a results directory: its MLflow store's artifact locations follow the folder.
+
+MLflow stores artifact locations as absolute URIs when an experiment and its runs are
+created, so a results directory that was copied or moved still points at the original
+folder (or at nothing). :func:`relocate` rewrites every location under the old folder's
+``artifacts`` to the same path under the new one, in one transaction of the sqlite store;
+:func:`moved_from` says whether a store needs it. Only local sqlite stores in a results
+directory are relocated (a tracking server owns its own locations).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from bench.errors import BenchError
+
+__all__ = ["moved_from", "relocate"]
+
+COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), ("logged_models", "artifact_location"))
+"""Every column of MLflow's sqlite schema that holds an artifact location."""
+
+
+def _root_uri(results_dir: Path) -> str:
+    return (Path(results_dir).resolve() / "artifacts").as_uri()
+
+
+def _connect(results_dir: Path) -> sqlite3.Connection:
+    database = Path(results_dir) / "mlflow.db"
+    if not database.is_file():
+        raise BenchError(f"{results_dir} has no MLflow store (mlflow.db); nothing to relocate")
+    return sqlite3.connect(database, timeout=30)
+
+
+def moved_from(results_dir: Path) -> str | None:
+    """Returns the artifacts URI the store points at when it is not this directory's, else None.
+
+    Raises:
+        BenchError: No ``mlflow.db`` in the directory.
+    """
+    with _connect(results_dir) as db:
+        rows = db.execute("SELECT artifact_location FROM experiments WHERE name = 'privbench'").fetchall()
+    if not rows or not rows[0][0]:
+        return None
+    current = rows[0][0].rstrip("/")
+    return None if current == _root_uri(results_dir) else current
+
+
+def relocate(results_dir: Path) -> tuple[str | None, int]:
+    """Points the store's artifact locations at this directory's ``artifacts`` folder.
+
+    Returns:
+        The old artifacts URI (None when nothing had to change) and how many locations
+        were rewritten.
+
+    Raises:
+        BenchError: No store, or the new ``artifacts`` folder is missing (the copy is
+            incomplete: the runs' files would not be found).
+    """
+    old = moved_from(results_dir)
+    if old is None:
+        return None, 0
+    new = _root_uri(results_dir)
+    if not (Path(results_dir) / "artifacts").is_dir():
+        raise BenchError(f"{results_dir} has no artifacts folder: copy it with the results directory "
+                         f"(the store points at {unquote(urlparse(old).path)})")
+    changed = 0
+    with _connect(results_dir) as db:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table, column in COLUMNS:
+            if table not in tables:
+                continue
+            cursor = db.execute(
+                f"UPDATE {table} SET {column} = ? || substr({column}, ?) WHERE {column} = ? OR {column} LIKE ? ESCAPE '\\'",
+                (new, len(old) + 1, old, _like_prefix(old + "/")),
+            )
+            changed += cursor.rowcount
+    return old, changed
+
+
+def _like_prefix(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"
