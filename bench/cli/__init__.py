@@ -16,7 +16,7 @@ from bench.errors import BenchError
 SUBCOMMANDS = (
     "list_cmd", "run_cmd", "show_cmd", "mechanisms_cmd", "grid_cmd", "tune_cmd", "leaderboard_cmd", "submit_cmd",
     "audit_cmd", "release_cmd", "cache_cmd", "report_cmd",
-    "relocate_cmd",
+    "relocate_cmd", "ui_cmd",
 )
 
 

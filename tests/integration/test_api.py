@@ -123,3 +123,45 @@ def test_a_copied_results_directory_reads_its_own_artifacts_after_relocate(ran, 
     assert len(table) == 1 and table.iloc[0]["utility.acc"] == pytest.approx(result.utility["acc"])
     assert main(["relocate", "--results-dir", str(moved)]) == 0 and "nothing to do" in capsys.readouterr().out
     assert "bench relocate" not in capsys.readouterr().err
+
+
+def test_bench_ui_serves_a_copied_results_directory_with_its_artifacts(ran, tmp_path):
+    import json as jsonlib
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    results, result = ran
+    copy = tmp_path / "copy"
+    shutil.copytree(results, copy)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "bench", "ui", "--results-dir", str(copy), "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    try:
+        line = server.stdout.readline()
+        assert f"http://127.0.0.1:{port}/#/experiments/" in line and "workflowType=machine_learning" in line
+        from bench.tracking import Tracker
+
+        run_id = Tracker(copy, create=False).finished_runs(result.cell_key)[0]
+        listing = None
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/2.0/mlflow/artifacts/list?run_id={run_id}",
+                                            timeout=5) as answer:
+                    listing = jsonlib.loads(answer.read())
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert listing is not None, "the MLflow server did not answer"
+        assert listing["root_uri"].startswith(copy.resolve().as_uri())
+        assert {"result.json", "config.json"} <= {f["path"] for f in listing["files"]}
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)

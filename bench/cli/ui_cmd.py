@@ -1,0 +1,54 @@
+"""``bench ui``: the MLflow UI on a results directory, opened on its runs (the classic ML view)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from bench.cli.common import add_location_args
+from bench.errors import BenchError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``bench ui``."""
+    p = subparsers.add_parser("ui", help="serve the MLflow UI for a results directory on 127.0.0.1",
+                              description="Starts MLflow's server on loopback for RESULTS_DIR's store and prints the "
+                                          "address of its runs table (the 'Model training' view). A copied or moved "
+                                          "results directory is relocated first, so its runs' artifacts are read "
+                                          "from it. Ctrl-C stops the server.")
+    p.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default 5000)")
+    add_location_args(p)
+    p.set_defaults(func=ui)
+
+
+def ui_url(port: int, experiment_id: str) -> str:
+    """Returns the address of an experiment's runs table in MLflow 3's classic ML view."""
+    return f"http://127.0.0.1:{port}/#/experiments/{experiment_id}?workflowType=machine_learning"
+
+
+def ui(args: argparse.Namespace) -> int:
+    """Relocates a moved store, starts the server and waits for it."""
+    from bench.tracking import Tracker
+    from bench.tracking.relocate import relocate
+
+    if not 0 < args.port < 65536:
+        raise BenchError(f"--port must be in 1..65535, got {args.port}")
+    tracker = Tracker(args.results_dir, args.tracking_uri, create=False)
+    if tracker.uri == f"sqlite:///{(args.results_dir.resolve() / 'mlflow.db')}":
+        old, changed = relocate(args.results_dir)
+        if old is not None:
+            print(f"[bench] {args.results_dir} was moved: {changed} artifact location(s) now point here (were {old})",
+                  file=sys.stderr)
+    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracker.uri,
+               "--host", "127.0.0.1", "--port", str(args.port)]
+    print(f"MLflow UI for {args.results_dir}: {ui_url(args.port, tracker.experiment_id)}", flush=True)
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    server = subprocess.Popen(command, env=env)
+    try:
+        return server.wait()
+    except KeyboardInterrupt:
+        server.terminate()
+        server.wait(timeout=30)
+        return 0
