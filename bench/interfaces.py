@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
@@ -15,6 +14,7 @@ from bench.config import build_config, load_preset
 from bench.datasets.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
 from bench.params import Param, ParamSpace
+from bench.result import RESULT_SCHEMA, Result
 from bench.streams import Streams
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "Param",
     "ParamSpace",
     "PrivacyClaim",
+    "RESULT_SCHEMA",
     "Release",
     "Result",
     "RunContext",
@@ -416,101 +417,3 @@ class Attack(_Configurable):
         Raises:
             BenchError: A setting the data cannot serve; the message names the setting.
         """
-
-
-RESULT_SCHEMA = 2
-"""2: privacy scores are None when the attack is too weak (1 scored them 1.0)."""
-
-
-@dataclass(frozen=True)
-class Result:
-    """One cell's outcome: a frozen, serialisable row.
-
-    Attributes:
-        cell_key: Content key of the cell (task, mechanism, version, params, seed, profile).
-        task: Registered task name (the benchmark).
-        dataset: Dataset name.
-        mechanism: Registered mechanism name.
-        mechanism_version: The mechanism's version.
-        params: Resolved mechanism parameters.
-        seed: Base seed.
-        profile: Profile name.
-        utility: Task metrics.
-        primary_metric: Name of the task's primary metric.
-        attacks: Attack name -> its raw metrics.
-        privacy: Attack name -> privacy score; None when the attack is too weak to measure
-            protection (its clean advantage over chance is not significant).
-        privacy_score: Worst (lowest) defined privacy score over the attacks (the strongest
-            known attack); None without attacks or when every attack is too weak.
-        claim: The mechanism's formal claim as a dict, or None.
-        training_claim: The task's training claim (DP-SGD's, for its training records) as a
-            dict, or None; never merged with ``claim``.
-        release_metrics: Facts measured while releasing (MTCNN recall against the dataset's boxes).
-        privacy_flags: ``attack`` or ``attack.target`` -> why its score is undefined
-            (``attack too weak``).
-        eval_split: The split utility and attacks were measured on (``test``; ``val``
-            for tuning cells, which never enter a board).
-        images: The size chain: ``native`` sizes read (min/median/max), ``stored`` (where
-            the mechanism ran), ``task_input`` (what the task's networks see) and
-            ``upscaled`` (images enlarged before the mechanism).
-        runtime_s: Wall-clock seconds.
-        versions: Package versions.
-        git_sha: Commit of the harness, or "unknown".
-        dataset_fingerprint: Content hash of the data.
-        synthetic: Whether the data is a synthetic stand-in.
-        device: Device the cell ran on.
-        created: ISO timestamp.
-        schema: Serialisation schema version.
-    """
-
-    cell_key: str
-    task: str
-    dataset: str
-    mechanism: str
-    mechanism_version: int
-    params: dict[str, Any]
-    seed: int
-    profile: str
-    utility: dict[str, float]
-    primary_metric: str
-    attacks: dict[str, dict[str, float]]
-    privacy: dict[str, float | None]
-    privacy_score: float | None
-    claim: dict[str, Any] | None
-    runtime_s: float
-    versions: dict[str, str]
-    git_sha: str
-    dataset_fingerprint: str
-    synthetic: bool
-    device: str
-    created: str
-    release_metrics: dict[str, float] = field(default_factory=dict)
-    privacy_flags: dict[str, str] = field(default_factory=dict)
-    eval_split: str = "test"
-    images: dict[str, Any] = field(default_factory=dict)
-    training_claim: dict[str, Any] | None = None
-    schema: int = RESULT_SCHEMA
-
-    @property
-    def utility_value(self) -> float:
-        """The primary utility metric."""
-        return self.utility[self.primary_metric]
-
-    def to_dict(self) -> dict[str, Any]:
-        """Returns the result as a JSON-ready dict."""
-        return asdict(self)
-
-    def to_json(self) -> str:
-        """Returns the result as indented JSON."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Result":
-        """Builds a result from :meth:`to_dict` output.
-
-        Raises:
-            ValueError: The data was written with an unknown schema.
-        """
-        if data.get("schema") != RESULT_SCHEMA:
-            raise ValueError(f"result schema {data.get('schema')!r} is not {RESULT_SCHEMA}")
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})

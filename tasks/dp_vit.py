@@ -173,7 +173,7 @@ class DpVit(Task):
         if eval_split == "val" and self.config.training.selection == "private_val":
             raise BenchError(f"task {self.name!r}: task.training.selection=private_val selects on the validation "
                              "split a tuning cell reports; tune with selection fixed")
-        build_vit(self._image_size(shape), **self._model_kwargs(2))  # checks patch / heads before any work
+        build_vit(self._image_size(), **self._model_kwargs(2))  # checks patch / heads before any work
 
     def training_claim(self, clean: Splits) -> PrivacyClaim | None:
         """Returns DP-SGD's claim for one training record at the run's delta (None when non-private).
@@ -289,8 +289,20 @@ class DpVit(Task):
             memo[n_train] = accounting_facts(self.config.training, self.config.schedule, n_train)
         return memo[n_train]
 
-    def _image_size(self, shape: DataShape | None) -> int:
-        return int(self.config.data.get("size", 32))
+    def _image_size(self) -> int:
+        """The stored side the ViT is built for (the loaders' ``size`` option; 32 when they have none).
+
+        Raises:
+            BenchError: A size that is not one side (the ViT takes square images).
+        """
+        size = self.config.data.get("size", 32)
+        if isinstance(size, str):
+            size = [p for p in size.replace("x", ",").split(",") if p.strip()]
+        sides = {str(v).strip() for v in size} if isinstance(size, (list, tuple)) else {str(size).strip()}
+        if len(sides) != 1 or not next(iter(sides)).isdigit():
+            raise BenchError(f"task {self.name!r}: the ViT takes square images; set task.data.size to one side, "
+                             f"got {size!r}")
+        return int(next(iter(sides)))
 
     def _model_kwargs(self, classes: int) -> dict[str, Any]:
         m = self.config.model
