@@ -5,7 +5,7 @@ from __future__ import annotations
 from bench.interfaces import Result
 
 
-COUNTS = ("n_", "steps", "trials", "episodes", "members", "nonmembers")
+COUNTS = ("n_", "steps", "trials", "episodes", "members", "nonmembers", "identities", "probes", "queries")
 """Metric names (their last part) that are counts, printed as integers."""
 
 
