@@ -236,8 +236,13 @@ def read_box_file(path: Path, images: list[ImageEntry]) -> dict[PurePosixPath, t
     return {name: torch.tensor(rows, dtype=torch.float32).reshape(-1, 4) for name, rows in found.items()}
 
 
-def _box(path: Path, line: int, cells: list[str], entry: ImageEntry) -> list[float]:
-    where = f"--boxes {path}, line {line}"
+def parse_box(cells: list[str], where: str) -> list[float]:
+    """Reads one ``file,x1,y1,x2,y2`` row of a boxes CSV into [x1, y1, x2, y2] (pixels).
+
+    Raises:
+        BenchError: Not five fields, a coordinate that is not a finite number, or not
+            x1 < x2 and y1 < y2; the message starts with ``where``.
+    """
     if len(cells) != 5:
         raise BenchError(f"{where}: expected file,x1,y1,x2,y2, got {len(cells)} fields")
     try:
@@ -246,6 +251,12 @@ def _box(path: Path, line: int, cells: list[str], entry: ImageEntry) -> list[flo
         raise BenchError(f"{where}: coordinates must be numbers, got {','.join(cells[1:])}") from None
     if not all(math.isfinite(v) for v in (x1, y1, x2, y2)) or not (x1 < x2 and y1 < y2):
         raise BenchError(f"{where}: a box needs x1 < x2 and y1 < y2, got {','.join(cells[1:])}")
+    return [x1, y1, x2, y2]
+
+
+def _box(path: Path, line: int, cells: list[str], entry: ImageEntry) -> list[float]:
+    where = f"--boxes {path}, line {line}"
+    x1, y1, x2, y2 = parse_box(cells, where)
     if x2 <= 0 or y2 <= 0 or x1 >= entry.width or y1 >= entry.height:
         raise BenchError(f"{where}: box lies outside the {entry.width}x{entry.height} image "
                          "(coordinates are of the image after its EXIF orientation)")

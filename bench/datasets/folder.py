@@ -23,7 +23,6 @@ orientation, centre crop to the stored aspect ratio, antialiased resize).
 from __future__ import annotations
 
 import csv
-import math
 import os
 import unicodedata
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from bench.datasets.base import (
     source_fingerprint,
 )
 from bench.errors import BenchError
+from bench.imageio import parse_box
 from bench.registry import register_dataset
 from bench.seeding import make_generator
 
@@ -153,13 +153,7 @@ def read_boxes(path: Path, images: set[str]) -> dict[str, np.ndarray]:
         boxes = found.setdefault(name, [])
         if not any(cells[1:]):
             continue
-        try:
-            x1, y1, x2, y2 = (float(c) for c in cells[1:])
-        except ValueError:
-            raise BenchError(f"{path}:{line}: expected file,x1,y1,x2,y2 with numbers, got {','.join(cells)}") from None
-        if not all(math.isfinite(v) for v in (x1, y1, x2, y2)) or not (x1 < x2 and y1 < y2):
-            raise BenchError(f"{path}:{line}: a box needs x1 < x2 and y1 < y2, got {','.join(cells[1:])}")
-        boxes.append([x1, y1, x2, y2])
+        boxes.append(parse_box(cells, f"{path}:{line}"))
     return {k: np.asarray(v, dtype=np.float64).reshape(-1, 4) for k, v in found.items()}
 
 
