@@ -26,6 +26,7 @@ from bench.errors import BenchError
 from bench.grid import Cell, CellOutcome
 
 if TYPE_CHECKING:
+    from bench.progress import Display
     from bench.tracking import Tracker
 
 EXECUTORS = ("local", "processes", "ray")
@@ -66,8 +67,12 @@ class Slot:
     threads: int
 
 
-def run_cells(cells: Sequence[Cell], config: ExecutorConfig, on_done: Callable[[CellOutcome], None]) -> list[CellOutcome]:
+def run_cells(cells: Sequence[Cell], config: ExecutorConfig, on_done: Callable[[CellOutcome], None],
+              display: "Display | None" = None) -> list[CellOutcome]:
     """Runs cells with the chosen executor; ``on_done`` is called once per cell as it ends.
+
+    ``display`` shows each running cell's stage and loops (local and processes executors;
+    Ray workers print their lines with ``verbose``).
 
     Raises:
         BenchError: Unknown executor, or the ray executor without Ray installed.
@@ -83,7 +88,10 @@ def run_cells(cells: Sequence[Cell], config: ExecutorConfig, on_done: Callable[[
         outcomes.append(outcome)
         on_done(outcome)
 
-    runner(list(cells), config, record)
+    if config.kind == "ray":
+        _run_ray(list(cells), config, record)
+    else:
+        runner(list(cells), config, record, display)
     return outcomes
 
 
@@ -104,7 +112,8 @@ def default_cpu_workers() -> int:
 # --- one cell -------------------------------------------------------------------------------
 
 
-def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[str], None] | None = None) -> CellOutcome:
+def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[str], None] | None = None,
+                 progress: Callable[..., Any] | None = None) -> CellOutcome:
     """Computes and logs one cell unless a FINISHED run of it exists; never raises for a failing cell.
 
     The cell takes the one path of :func:`bench.cellrun.execute` (cell lock, orphan check,
@@ -113,7 +122,8 @@ def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[s
     Args:
         cell: The cell.
         plugin_files: Files registering mechanisms, imported first.
-        log: Progress lines of the runner.
+        log: Progress lines of the runner (the stage the cell enters).
+        progress: Wraps the cell's long loops.
 
     Returns:
         ``skipped`` with the existing run, ``done`` with the new run, or ``failed`` with
@@ -140,7 +150,7 @@ def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[s
             record_failure(tracker, cell, one_line(exc), traceback.format_exc())
         return CellOutcome(cell.key, cell.label, "failed", None, time.perf_counter() - started, error=one_line(exc)[:500])
     try:
-        return execute(planned, tracker, log=log or (lambda message: None))
+        return execute(planned, tracker, log=log or (lambda message: None), progress=progress)
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:  # its run is already marked FAILED
@@ -184,10 +194,21 @@ def _printer(prefix: str) -> Callable[[str], None]:
 # --- local ----------------------------------------------------------------------------------
 
 
-def _run_local(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[CellOutcome], None]) -> None:
-    log = _printer("") if config.verbose else None
+def _run_local(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[CellOutcome], None],
+               display: "Display | None") -> None:
+    if display is None:
+        log = _printer("") if config.verbose else None
+        for cell in cells:
+            on_done(execute_cell(cell, config.plugin_files, log))
+        return
+    emitter = display.emitter(0)
     for cell in cells:
-        on_done(execute_cell(cell, config.plugin_files, log))
+        emitter.start(cell.label)
+        try:
+            outcome = execute_cell(cell, config.plugin_files, emitter.log, emitter.progress)
+        finally:
+            emitter.end()
+        on_done(outcome)
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -227,11 +248,16 @@ def _visible_gpus() -> list[str]:
 
 
 _SLOT: Slot | None = None
+_EMITTER: Any = None
 
 
-def _init_worker(queue: Any, verbose: bool) -> None:
-    global _SLOT
-    _SLOT = queue.get()
+def _init_worker(queue: Any, verbose: bool, events: Any = None) -> None:
+    global _SLOT, _EMITTER
+    index, _SLOT = queue.get()
+    if events is not None:
+        from bench.progress import Emitter, queue_sender
+
+        _EMITTER = Emitter(queue_sender(events), index)
     if _SLOT.visible_gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = _SLOT.visible_gpu
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -246,11 +272,18 @@ def _init_worker(queue: Any, verbose: bool) -> None:
 def _worker_cell(cell: Cell, plugin_files: tuple[Path, ...], verbose: bool) -> CellOutcome:
     assert _SLOT is not None
     cell = dataclasses.replace(cell, config=dataclasses.replace(cell.config, device=_SLOT.device))
-    prefix = f" gpu {_SLOT.visible_gpu}" if _SLOT.visible_gpu is not None else f" pid {os.getpid()}"
-    return execute_cell(cell, plugin_files, _printer(prefix) if verbose else None)
+    if _EMITTER is None:
+        prefix = f" gpu {_SLOT.visible_gpu}" if _SLOT.visible_gpu is not None else f" pid {os.getpid()}"
+        return execute_cell(cell, plugin_files, _printer(prefix) if verbose else None)
+    _EMITTER.start(cell.label)
+    try:
+        return execute_cell(cell, plugin_files, _EMITTER.log, _EMITTER.progress)
+    finally:
+        _EMITTER.end()
 
 
-def _run_processes(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[CellOutcome], None]) -> None:
+def _run_processes(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[CellOutcome], None],
+                   display: "Display | None") -> None:
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
@@ -258,15 +291,19 @@ def _run_processes(cells: list[Cell], config: ExecutorConfig, on_done: Callable[
     plan = slots(cells[0].config.device, config.workers)
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    for slot in plan:
-        queue.put(slot)
+    for index, slot in enumerate(plan):
+        queue.put((index, slot))
+    events = context.Queue() if display is not None else None
     pool = ProcessPoolExecutor(max_workers=len(plan), mp_context=context, initializer=_init_worker,
-                               initargs=(queue, config.verbose))
+                               initargs=(queue, config.verbose, events))
     try:
         futures = {pool.submit(_worker_cell, cell, config.plugin_files, config.verbose): cell for cell in cells}
         waiting = set(futures)
         while waiting:
-            finished, waiting = wait(waiting, return_when=FIRST_COMPLETED)
+            finished, waiting = wait(waiting, timeout=0.25 if display is not None else None,
+                                     return_when=FIRST_COMPLETED)
+            if display is not None:
+                display.drain(events)
             for future in finished:
                 cell = futures[future]
                 try:
@@ -284,7 +321,10 @@ def _run_processes(cells: list[Cell], config: ExecutorConfig, on_done: Callable[
 # --- ray ------------------------------------------------------------------------------------
 
 
-def _ray_cell(cell: Cell, plugin_files: tuple[Path, ...], device: str, verbose: bool) -> CellOutcome:
+def _ray_cell(cell: Cell, shipped: Any, device: str, verbose: bool) -> CellOutcome:
+    from bench.raycluster import enter_worker
+
+    plugin_files = enter_worker(shipped)  # the shipped copies (see bench.raycluster)
     if device == "cpu":
         import torch
 
@@ -294,39 +334,44 @@ def _ray_cell(cell: Cell, plugin_files: tuple[Path, ...], device: str, verbose: 
 
 
 def _run_ray(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[CellOutcome], None]) -> None:
+    """Ships the code through the job's runtime_env, checks every node, then runs one task per cell."""
     try:
         import ray
     except ImportError:
         raise BenchError("the ray executor needs Ray: pip install 'ray>=2.9'") from None
+    from bench.raycluster import absolute_data_roots, check_cluster, connect, shipment
+
     uri = cells[0].config.tracking_uri or ""
     if config.ray_address and uri.startswith(("sqlite:", "file:")):
         print("[bench] warning: cells on other Ray nodes log to a local MLflow file unless it is on a shared file "
               "system; pass --tracking-uri http://HOST:PORT of a tracking server", file=sys.stderr)
+    cells = absolute_data_roots(cells)  # a worker's working directory is not the driver's
     started_here = not ray.is_initialized()
-    if started_here:
-        options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": config.verbose,
-                                   "logging_level": "ERROR", "configure_logging": True}
-        if config.ray_address:
-            ray.init(address=config.ray_address, **options)
-        else:
-            ray.init(num_cpus=config.workers or default_cpu_workers(), num_gpus=len(_visible_gpus()),
-                     object_store_memory=128 * 1024**2, **options)
-    try:
-        gpu = ray.cluster_resources().get("GPU", 0) > 0 and cells[0].config.device != "cpu"
-        remote = ray.remote(num_gpus=1 if gpu else 0, num_cpus=1)(_ray_cell)
-        device = "cuda" if gpu else "cpu"
-        refs = {remote.remote(cell, config.plugin_files, device, config.verbose): cell for cell in cells}
-        waiting = list(refs)
-        while waiting:
-            ready, waiting = ray.wait(waiting, num_returns=1)
-            for ref in ready:
-                cell = refs[ref]
-                try:
-                    outcome = ray.get(ref)
-                except Exception as exc:  # the task or its worker died
-                    outcome = CellOutcome(cell.key, cell.label, "failed", error=f"Ray task failed: {type(exc).__name__}: "
-                                          + " ".join(str(exc).split())[:300])
-                on_done(outcome)
-    finally:
+    with shipment(config.plugin_files, ship=started_here) as shipped:
         if started_here:
-            ray.shutdown()
+            connect(ray, config.ray_address, config.workers or default_cpu_workers(), len(_visible_gpus()),
+                    config.verbose, shipped.runtime_env)
+        try:
+            gpu = ray.cluster_resources().get("GPU", 0) > 0 and cells[0].config.device != "cpu"
+            nodes = check_cluster(ray, cells, shipped, gpu)
+            what = (f"code shipped ({len(shipped.plugins)} mechanism file(s))" if started_here
+                    else "Ray was started by the caller: its nodes' code is used")
+            print(f"[bench] ray: {nodes} node(s) see the cache, data and tracking store; {what}", file=sys.stderr,
+                  flush=True)
+            remote = ray.remote(num_gpus=1 if gpu else 0, num_cpus=1)(_ray_cell)
+            device = "cuda" if gpu else "cpu"
+            refs = {remote.remote(cell, shipped, device, config.verbose): cell for cell in cells}
+            waiting = list(refs)
+            while waiting:
+                ready, waiting = ray.wait(waiting, num_returns=1)
+                for ref in ready:
+                    cell = refs[ref]
+                    try:
+                        outcome = ray.get(ref)
+                    except Exception as exc:  # the task or its worker died
+                        outcome = CellOutcome(cell.key, cell.label, "failed", error=f"Ray task failed: "
+                                              f"{type(exc).__name__}: " + " ".join(str(exc).split())[:300])
+                    on_done(outcome)
+        finally:
+            if started_here:
+                ray.shutdown()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from bench.errors import BenchError
+from bench.progress import duration
 from bench.suite import (
     MechanismSpec,
     Suite,
@@ -214,7 +215,7 @@ class GridProgress:
         eta = elapsed / done * (self.total - done)
         tail = f": {outcome.error}" if outcome.error else f" ({outcome.seconds:.1f} s)"
         print(f"[bench] {done}/{self.total} {outcome.status} {outcome.label}{tail}; "
-              f"elapsed {_duration(elapsed)}, ETA {_duration(eta)}", file=sys.stderr, flush=True)
+              f"elapsed {duration(elapsed)}, ETA {duration(eta)}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         """Closes the bar."""
@@ -243,13 +244,6 @@ class GridSummary:
         """Returns the summary: one line of counts, then one line per failed cell."""
         c = self.counts
         lines = [f"grid: {len(self.outcomes)} cells: {c['done']} done, {c['skipped']} skipped (already finished), "
-                 f"{c['failed']} failed in {_duration(self.seconds)}"]
+                 f"{c['failed']} failed in {duration(self.seconds)}"]
         lines += [f"  failed: {o.label}: {o.error}" for o in self.failed]
         return "\n".join(lines)
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"

@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 
 ArrayLike = int | float | np.ndarray
 
@@ -55,6 +54,8 @@ def clopper_pearson_upper(successes: ArrayLike, trials: ArrayLike, confidence: f
     Raises:
         ValueError: Counts outside 0 <= k <= n, n < 1, or confidence outside (0, 1).
     """
+    from scipy import stats
+
     _check_confidence(confidence)
     k = np.asarray(successes, dtype=np.float64)
     n = np.asarray(trials, dtype=np.float64)

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from bench.errors import BenchError
 from bench.params import parse_assignments
@@ -162,19 +162,3 @@ def parse_attacks(text: str | None) -> tuple[str, ...] | None:
 def interactive() -> bool:
     """Whether to draw progress: stderr is a terminal and not in CI."""
     return sys.stderr.isatty() and not os.environ.get("CI")
-
-
-def reporter(verbose: bool) -> tuple[Callable[[str], None], Callable[..., Any]]:
-    """Returns (log, progress) functions: lines on stderr and tqdm bars on a terminal."""
-    def log(message: str) -> None:
-        if verbose:
-            print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-    def progress(iterable: Iterable, total: int | None = None, desc: str | None = None) -> Iterable:
-        if not interactive():
-            return iterable
-        from tqdm import tqdm
-
-        return tqdm(iterable, total=total, desc=desc, leave=False, file=sys.stderr)
-
-    return log, progress

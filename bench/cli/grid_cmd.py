@@ -45,7 +45,7 @@ def add_executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (processes: default one per GPU, else min(4, cores)); CPUs of a local Ray")
     p.add_argument("--ray-address", default=None, help="address of an existing Ray cluster (default: start a local one)")
-    p.add_argument("-v", "--verbose", action="store_true", help="print each cell's progress lines")
+    p.add_argument("-v", "--verbose", action="store_true", help="Ray workers print each cell's stage lines (local and processes executors always show them)")
 
 
 def build_cells(args: argparse.Namespace):
@@ -138,6 +138,7 @@ def run_grid(cells, where, executor, quiet: bool = False):
     from bench.cellrun import sweep_orphans
     from bench.executors import open_tracker, run_cells, worker_count
     from bench.grid import CellOutcome, GridProgress, GridSummary, finished_runs
+    from bench.progress import Display
 
     started = time.perf_counter()
     tracker = open_tracker(where.results_dir, where.tracking_uri)
@@ -152,9 +153,12 @@ def run_grid(cells, where, executor, quiet: bool = False):
               f"({executor.kind}, {workers or 'as many as the cluster allows'} at a time){note}", file=sys.stderr,
               flush=True)
     progress = GridProgress(len(todo), interactive=interactive() and not quiet)
+    display = None if quiet or executor.kind == "ray" else Display(interactive=interactive())
     try:
-        outcomes = run_cells(todo, executor, progress if not quiet else (lambda outcome: None))
+        outcomes = run_cells(todo, executor, progress if not quiet else (lambda outcome: None), display)
     finally:
+        if display is not None:
+            display.close()
         progress.close()
     return GridSummary(skipped + outcomes, time.perf_counter() - started)
 

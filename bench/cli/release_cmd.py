@@ -115,12 +115,15 @@ class ReleaseOutcome:
 
 def run(args: argparse.Namespace) -> int:
     """Validates the release, performs it and prints a summary."""
-    from bench.cli.common import interactive, reporter
+    from bench.cli.common import interactive
+    from bench.progress import Display
 
     started = time.perf_counter()
     release_plan = plan(args)
-    log, progress = reporter(args.verbose or (interactive() and not args.quiet))
-    outcome = execute(release_plan, log, progress)
+    with Display(interactive=interactive() and not args.quiet, lines=args.verbose) as display:
+        emitter = display.emitter()
+        emitter.start(f"release {args.mechanism}")
+        outcome = execute(release_plan, emitter.log, emitter.progress)
     print(summary(release_plan, outcome, time.perf_counter() - started))
     return 0
 

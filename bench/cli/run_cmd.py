@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.cli.common import add_cell_options, interactive, load_plugins, reporter, run_config
+from bench.cli.common import add_cell_options, interactive, load_plugins, run_config
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -27,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from bench.cellrun import execute
+    from bench.grid import cell_label
+    from bench.progress import Display
     from bench.report import format_result
     from bench.runner import plan
     from bench.tracking import Tracker
@@ -34,8 +36,10 @@ def run(args: argparse.Namespace) -> int:
     load_plugins(args)
     cell = plan(run_config(args, verify_data=args.verify_data))
     tracker = Tracker(args.results_dir, args.tracking_uri)
-    log, progress = reporter(args.verbose or (interactive() and not args.quiet))
-    outcome = execute(cell, tracker, force=args.force, log=log, progress=progress)
+    with Display(interactive=interactive() and not args.quiet, lines=args.verbose) as display:
+        emitter = display.emitter()
+        emitter.start(cell_label(cell.config))
+        outcome = execute(cell, tracker, force=args.force, log=emitter.log, progress=emitter.progress)
     if outcome.status == "skipped":
         print(f"cell {outcome.key} already has a FINISHED run ({outcome.run_id}); showing it "
               f"(--force computes it again)", file=sys.stderr)

@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from bench.audit.maths import epsilon_lower_bound_unequal
 from bench.mia._arrays import _check_delta_confidence, _scores_pair, _threshold_counts
@@ -46,6 +45,8 @@ def auc(scores_members: Any, scores_nonmembers: Any) -> float:
         scores_members: Scores of the members.
         scores_nonmembers: Scores of the non-members.
     """
+    from scipy import stats
+
     members, nonmembers = _scores_pair(scores_members, scores_nonmembers)
     ranks = stats.rankdata(np.concatenate([members, nonmembers]))
     u = ranks[: members.size].sum() - members.size * (members.size + 1) / 2.0
@@ -92,6 +93,8 @@ def auc_pvalue(scores_members: Any, scores_nonmembers: Any) -> float:
         scores_members: Scores of the members.
         scores_nonmembers: Scores of the non-members.
     """
+    from scipy import stats
+
     members, nonmembers = _scores_pair(scores_members, scores_nonmembers)
     return float(stats.mannwhitneyu(members, nonmembers, alternative="greater").pvalue)
 

@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import stats
 
 from bench.mia._arrays import _as_float64
 
@@ -234,6 +233,8 @@ def lira_offline_scores(
     Raises:
         ValueError: Mismatched shapes or fewer than two reference models.
     """
+    from scipy import stats
+
     target = _as_float64(target_conf_x, "target_conf_x").ravel()
     refs = _reference_matrix(ref_confs_x, target.size, "ref_confs_x")
     models = refs.shape[1]
