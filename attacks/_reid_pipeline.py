@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from bench.config import setting
 from bench.datasets.base import ImageSet, Splits
 from bench.errors import BenchError
+from bench.groups import attack_groups, demographic_groups
 from bench.interfaces import Mechanism, Release, RunContext
 from bench.modelcache import cached_model
 from bench.nn.classify import ClassifierTraining, train_classifier
@@ -106,6 +107,12 @@ class Targets:
     def counts(self) -> dict[str, float]:
         """Returns the identity and probe counts, as metrics."""
         return {"identities": float(self.identities), "probes": float(len(self.probe))}
+
+    def groups(self, hits: np.ndarray, clean_hits: np.ndarray) -> dict[str, Any]:
+        """Returns the attack's top-1 per demographic group of the probes (:func:`bench.groups.attack_groups`)."""
+        attrs = {name: codes[self.probe] for name, codes in self.images.attrs.items()}
+        groups = demographic_groups(attrs, self.images.attr_names)
+        return attack_groups(hits, clean_hits, self.chance, groups, "top1") if groups else {}
 
 
 def find_targets(clean: Splits, cfg: FaceReidConfig, ctx: RunContext, owner: str) -> Targets:
@@ -212,7 +219,7 @@ def _embedder(
         with cpu_threads(how.threads if how else None):
             return train_classifier(model, data, classes, spec, ctx, derive_seed(ctx.seed, *seed_purpose, "train"))
 
-    model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
+    model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log, name=f"face_reid.{label}")
     return model.to(ctx.device).eval()
 
 
@@ -245,10 +252,13 @@ class FaceIdentifier:
         self.svc = SVC(kernel="linear", C=cfg.svc_c)
         self.svc.fit(embed_faces(model, enrol_images, cfg, ctx), enrol_labels.numpy())
 
+    def hits(self, probes: torch.Tensor, truth: np.ndarray) -> np.ndarray:
+        """Returns, per probe image, whether it is identified as its true identity."""
+        return self.svc.predict(embed_faces(self.model, probes, self.cfg, self.ctx)) == truth
+
     def top1(self, probes: torch.Tensor, truth: np.ndarray) -> float:
         """Returns the fraction of probe images identified as their true identity."""
-        predicted = self.svc.predict(embed_faces(self.model, probes, self.cfg, self.ctx))
-        return float(np.mean(predicted == truth))
+        return float(np.mean(self.hits(probes, truth)))
 
 
 def known_mechanism(released: Release, owner: str) -> Mechanism:
@@ -265,11 +275,11 @@ def known_mechanism(released: Release, owner: str) -> Mechanism:
 
 def clean_reference(
     cfg: FaceReidConfig, clean: Splits, targets: Targets, ctx: RunContext
-) -> tuple[FaceIdentifier, float]:
-    """Returns the clean pipeline (clean embedder, clean enrolment) and its top-1 on clean probes."""
+) -> tuple[FaceIdentifier, np.ndarray]:
+    """Returns the clean pipeline (clean embedder, clean enrolment) and its hits on clean probes."""
     identifier = FaceIdentifier(clean_embedder(cfg, clean, ctx), targets.images.images[targets.enrol],
                                 targets.images.labels[targets.enrol], cfg, ctx)
-    return identifier, identifier.top1(targets.images.images[targets.probe], targets.probe_labels())
+    return identifier, identifier.hits(targets.images.images[targets.probe], targets.probe_labels())
 
 
 def augment(x: torch.Tensor, generator: torch.Generator, shift: int = 4) -> torch.Tensor:

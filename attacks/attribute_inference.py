@@ -26,6 +26,7 @@ from bench.cells import content_key
 from bench.config import setting
 from bench.datasets.base import ImageSet, Splits
 from bench.errors import BenchError
+from bench.groups import DEMOGRAPHICS, attack_groups, demographic_groups
 from bench.interfaces import Attack, AttackOutcome, Release, RunContext
 from bench.modelcache import cached_model
 from bench.nn.augment import augment
@@ -89,18 +90,32 @@ class CleanAttribute:
         acc: Its accuracy on the clean test images.
         majority: The majority-class rate on the test images (the chance level).
         test_images: How many test images have the attribute (the trials).
+        hits: Per test image, whether the clean classifier was right.
+        chance_hits: Per test image, whether the training majority value is its value.
+        groups: Demographic groups of the test images (by the other attributes).
     """
 
     model: torch.nn.Module
     acc: float
     majority: float
     test_images: int
+    hits: torch.Tensor | None = None
+    chance_hits: torch.Tensor | None = None
+    groups: dict[str, Any] | None = None
 
-    def outcome(self, attr: str, acc: float, **extra: float) -> AttackOutcome:
-        """Returns the outcome of an attack that reached ``acc`` on released test images."""
+    def outcome(self, attr: str, acc: float, released_hits: torch.Tensor | None = None, **extra: float) -> AttackOutcome:
+        """Returns the outcome of an attack that reached ``acc`` on released test images.
+
+        With ``released_hits`` (per test image) it carries the attack per demographic group.
+        """
         metrics = {f"acc_{attr}": acc, f"clean_acc_{attr}": self.acc, f"majority_{attr}": self.majority,
                    f"test_images_{attr}": float(self.test_images), **extra}
-        return AttackOutcome(metrics=metrics, value=acc, clean=self.acc, chance=self.majority, trials=self.test_images)
+        groups = {}
+        if released_hits is not None and self.groups and self.hits is not None:
+            groups = attack_groups(released_hits.numpy(), self.hits.numpy(), self.chance_hits.numpy(), self.groups,
+                                   f"acc_{attr}")
+        return AttackOutcome(metrics=metrics, value=acc, clean=self.acc, chance=self.majority, trials=self.test_images,
+                             groups=groups)
 
 
 @register_attack("attribute_inference")
@@ -189,8 +204,10 @@ class AttributeInference(Attack):
         values = self._value_count(clean, attr)
         majority = int(torch.bincount(clean_train.labels, minlength=values).argmax())
         model = self._model(attr, values, clean_train, ("clean", clean.fingerprint), ctx)
-        return CleanAttribute(model, self.accuracy(model, clean_test, ctx),
-                              float((clean_test.labels == majority).float().mean()), len(clean_test))
+        hits, chance_hits = self.hits(model, clean_test, ctx), clean_test.labels == majority
+        groups = demographic_groups(clean_test.attrs, clean_test.attr_names, exclude=(attr,))
+        return CleanAttribute(model, float(hits.float().mean()), float(chance_hits.float().mean()), len(clean_test),
+                              hits, chance_hits, groups)
 
     def _attack(
         self, attr: str, clean: Splits, released: Release, released_key: tuple, test_splits: tuple[str, ...],
@@ -199,12 +216,12 @@ class AttributeInference(Attack):
         """Returns the outcome of one attribute."""
         reference = self.clean_classifier(attr, clean, test_splits, ctx)
         if released.is_clean:
-            acc = reference.acc
+            hits = reference.hits
         else:
             rel_train, rel_test = self._sets(released.splits, attr, test_splits)
             model = self._model(attr, self._value_count(clean, attr), rel_train, released_key, ctx)
-            acc = self.accuracy(model, rel_test, ctx)
-        return reference.outcome(attr, acc)
+            hits = self.hits(model, rel_test, ctx)
+        return reference.outcome(attr, float(hits.float().mean()), hits)
 
     def _value_count(self, clean: Splits, attr: str) -> int:
         """Returns how many values ``attr`` takes (its names, else the largest training label + 1)."""
@@ -224,11 +241,15 @@ class AttributeInference(Attack):
                 denoised, of any size), index for index.
         """
         parts = []
+        others = [a for a in DEMOGRAPHICS if all(a in splits[name].attrs for name in test_splits)]
         for name in test_splits:
             keep = _known(splits[name], attr)
             source = splits[name].images if images is None else images[name]
-            parts.append((source[keep], splits[name].attrs[attr][keep]))
-        return ImageSet(images=torch.cat([p[0] for p in parts]), labels=torch.cat([p[1] for p in parts]))
+            parts.append((source[keep], splits[name].attrs[attr][keep], [splits[name].attrs[a][keep] for a in others]))
+        first = splits[test_splits[0]]
+        return ImageSet(images=torch.cat([p[0] for p in parts]), labels=torch.cat([p[1] for p in parts]),
+                        attrs={a: torch.cat([p[2][i] for p in parts]) for i, a in enumerate(others)},
+                        attr_names={a: first.attr_names.get(a, []) for a in others})
 
     def _sets(self, splits: Splits, attr: str, test_splits: tuple[str, ...]) -> tuple[ImageSet, ImageSet]:
         """Returns (train, test) images with a known ``attr``, labelled by its value."""
@@ -253,10 +274,14 @@ class AttributeInference(Attack):
         return height, max(1, round(w * height / h))
 
     @torch.no_grad()
+    def hits(self, model: torch.nn.Module, test: ImageSet, ctx: RunContext) -> torch.Tensor:
+        """Returns, per test image, whether the model predicts its attribute."""
+        logits = embed_images(model, test.images, self.input_size(test.images), ctx.device, batch=256)
+        return logits.argmax(1).cpu() == test.labels
+
     def accuracy(self, model: torch.nn.Module, test: ImageSet, ctx: RunContext) -> float:
         """Returns the fraction of test images whose attribute the model predicts."""
-        logits = embed_images(model, test.images, self.input_size(test.images), ctx.device, batch=256)
-        return float((logits.argmax(1).cpu() == test.labels).float().mean())
+        return float(self.hits(model, test, ctx).float().mean())
 
     def _model(self, attr: str, values: int, train: ImageSet, data_key: tuple, ctx: RunContext) -> torch.nn.Module:
         cfg = self.config
@@ -277,7 +302,7 @@ class AttributeInference(Attack):
             )
             return train_classifier(model, train.images, train.labels, spec, ctx, seed)
 
-        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
+        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log, name=f"attribute_inference.{attr}")
         return model.to(ctx.device)
 
 

@@ -166,7 +166,8 @@ class Denoise(Attack):
         metrics["denoiser_trained"] = float(denoiser is not None)
         first = next(iter(parts.values()))
         return AttackOutcome(metrics=metrics, value=first.value, clean=first.clean, chance=first.chance,
-                             trials=first.trials, parts=parts if len(parts) > 1 else {})
+                             trials=first.trials, parts=parts if len(parts) > 1 else {},
+                             groups=first.groups if len(parts) == 1 else {})
 
     def _size(self, images: torch.Tensor) -> tuple[int, int] | None:
         """Returns the (h, w) the denoiser works at, or None for the images' own size."""
@@ -200,7 +201,7 @@ class Denoise(Attack):
             with cpu_threads(cfg.threads):
                 return train_denoiser(model, noisy, own.images, spec, ctx, derive_seed(ctx.seed, self.name, "train"))
 
-        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
+        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log, name=f"{self.name}.denoiser")
         return model.to(ctx.device).eval()
 
     def _quality(self, attacked: Attacked, ctx: RunContext) -> dict[str, float]:
@@ -220,16 +221,18 @@ class Denoise(Attack):
         if shared:
             raise BenchError(f"attack {self.name!r}: its own split {self.config.train_split!r} shares {len(shared)} "
                              f"identities with the evaluated split {targets.split!r}")
-        identifier, top1_clean = clean_reference(cfg, clean, targets, ctx)
+        identifier, clean_hits = clean_reference(cfg, clean, targets, ctx)
+        top1_clean = float(clean_hits.mean())
         raw = released.splits[targets.split].images[targets.probe]
         truth = targets.probe_labels()
-        top1_raw = identifier.top1(raw, truth)
+        raw_hits = identifier.hits(raw, truth)
         denoised = None if denoiser is None else self._denoise(denoiser, raw)
-        top1 = top1_raw if denoised is None else identifier.top1(denoised, truth)
-        metrics = {"top1": top1, "top1_raw": top1_raw, "top1_clean": top1_clean, "chance": targets.chance,
-                   **targets.counts()}
+        hits = raw_hits if denoised is None else identifier.hits(denoised, truth)
+        top1 = float(hits.mean())
+        metrics = {"top1": top1, "top1_raw": float(raw_hits.mean()), "top1_clean": top1_clean,
+                   "chance": targets.chance, **targets.counts()}
         outcome = AttackOutcome(metrics=metrics, value=top1, clean=top1_clean, chance=targets.chance,
-                                trials=len(targets.probe))
+                                trials=len(targets.probe), groups=targets.groups(hits, clean_hits))
         return outcome, Attacked(raw, denoised, targets.images.images[targets.probe])
 
     def _attributes(self, clean: Splits, released: Release, denoiser: torch.nn.Module | None,
@@ -246,10 +249,11 @@ class Denoise(Attack):
         with cpu_threads(attack.config.threads):
             for attr in attack.attributes_for(clean.dataset, ctx):
                 reference = attack.clean_classifier(attr, clean, test_splits, ctx)
-                raw = attack.accuracy(reference.model, attack.test_set(released.splits, attr, test_splits), ctx)
-                acc = raw if denoised is None else attack.accuracy(
+                raw = attack.hits(reference.model, attack.test_set(released.splits, attr, test_splits), ctx)
+                hits = raw if denoised is None else attack.hits(
                     reference.model, attack.test_set(released.splits, attr, test_splits, denoised), ctx)
-                parts[attr] = reference.outcome(attr, acc, **{f"acc_raw_{attr}": raw})
+                parts[attr] = reference.outcome(attr, float(hits.float().mean()), hits,
+                                                **{f"acc_raw_{attr}": float(raw.float().mean())})
         pick = {name: _spread(len(clean[name]), QUALITY_IMAGES // len(test_splits)) for name in test_splits}
         raw_images = torch.cat([released.splits[name].images[pick[name]] for name in test_splits])
         clean_images = torch.cat([clean[name].images[pick[name]] for name in test_splits])

@@ -72,11 +72,12 @@ class FaceReid(Attack):
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
         """Trains (or reuses) the clean embedder, enrols clean images, identifies released probes."""
         targets = find_targets(clean, self.config, ctx, f"attack {self.name!r}")
-        identifier, top1_clean = clean_reference(self.config, clean, targets, ctx)
-        top1 = identifier.top1(released.splits[targets.split].images[targets.probe], targets.probe_labels())
+        identifier, clean_hits = clean_reference(self.config, clean, targets, ctx)
+        hits = identifier.hits(released.splits[targets.split].images[targets.probe], targets.probe_labels())
+        top1, top1_clean = float(hits.mean()), float(clean_hits.mean())
         metrics = {"top1": top1, "top1_clean": top1_clean, "chance": targets.chance, **targets.counts()}
         return AttackOutcome(metrics=metrics, value=top1, clean=top1_clean, chance=targets.chance,
-                             trials=len(targets.probe))
+                             trials=len(targets.probe), groups=targets.groups(hits, clean_hits))
 
 
 @dataclass(frozen=True)
@@ -116,10 +117,11 @@ class FaceReidAdapted(FaceReid):
         cfg: AdaptedConfig = self.config
         owner = f"attack {self.name!r}"
         targets = find_targets(clean, cfg, ctx, owner)
-        clean_identifier, top1_clean = clean_reference(cfg, clean, targets, ctx)
+        clean_identifier, clean_hits = clean_reference(cfg, clean, targets, ctx)
+        top1_clean = float(clean_hits.mean())
         probes, truth = released.splits[targets.split].images[targets.probe], targets.probe_labels()
         if released.is_clean:
-            top1, unadapted, adapted = clean_identifier.top1(probes, truth), None, 0.0
+            hits, unadapted, adapted = clean_identifier.hits(probes, truth), None, 0.0
         else:
             mechanism = known_mechanism(released, owner)
             own = clean[cfg.train_split]
@@ -134,8 +136,9 @@ class FaceReidAdapted(FaceReid):
             model = adapted_embedder(cfg, own_released, own.labels, (released.key, purpose), ctx,
                                      AdaptedTraining(cfg.adapt_epochs, start, cfg.threads))
             identifier = FaceIdentifier(model, enrol_released, targets.images.labels[targets.enrol], cfg, ctx)
-            top1, unadapted, adapted = identifier.top1(probes, truth), clean_identifier.top1(probes, truth), 1.0
+            hits, unadapted, adapted = identifier.hits(probes, truth), clean_identifier.top1(probes, truth), 1.0
+        top1 = float(hits.mean())
         metrics = {"top1": top1, "top1_clean": top1_clean, "chance": targets.chance, **targets.counts(),
                    "adapted": adapted, "top1_unadapted": top1 if unadapted is None else unadapted}
         return AttackOutcome(metrics=metrics, value=top1, clean=top1_clean, chance=targets.chance,
-                             trials=len(targets.probe))
+                             trials=len(targets.probe), groups=targets.groups(hits, clean_hits))

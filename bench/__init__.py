@@ -10,12 +10,12 @@ __version__ = "0.1.0"
 #: ``leaderboard`` are generic import names that another distribution could shadow).
 PRIVBENCH_PACKAGE = True
 
-__all__ = ["__version__", "leaderboard", "results", "run"]
+__all__ = ["__version__", "group_results", "leaderboard", "results", "run"]
 
 
 def __getattr__(name: str):
-    """Imports the Python API (``bench.run``, ``bench.results``, ``bench.leaderboard``) on first use."""
-    if name in ("run", "results", "leaderboard"):
+    """Imports the Python API (``bench.run``, ``bench.results``, ``bench.group_results``, ``bench.leaderboard``) on first use."""
+    if name in ("run", "results", "group_results", "leaderboard"):
         from bench import api
 
         return getattr(api, name)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from bench.interfaces import Result
 
-__all__ = ["leaderboard", "results", "run"]
+__all__ = ["group_results", "leaderboard", "results", "run"]
 
 PathLike = str | os.PathLike
 
@@ -169,10 +169,48 @@ def results_frame(rows: "pd.DataFrame") -> "pd.DataFrame":
             claim = row.get(name) if isinstance(row.get(name), dict) else {}
             for field in ("epsilon", "delta", "unit", "backed", "method", "note"):
                 out[f"{name}.{field}"] = claim.get(field) if claim else None
+        worst = dict(row.get("groups") or {}).get("worst_privacy") or {}
+        out["group.worst_privacy"] = _number(worst.get("privacy"))
+        out["group.worst"] = worst.get("group")
         out["privacy_flags"] = json.dumps(row.get("privacy_flags") or {}, sort_keys=True)
         out["settings"] = json.dumps(row.get("overrides") or {}, sort_keys=True, default=str)
+        out["groups"] = dict(row.get("groups") or {})
         flat.append(out)
     return pd.DataFrame(flat)
+
+
+def group_results(source: PathLike | str = "results", **filters: Any) -> "pd.DataFrame":
+    """Returns results by demographic group: one row per cell, source, attribute and group.
+
+    Columns: the cell's ``run_id``, ``cell_key``, ``task``, ``mechanism``, ``params``,
+    ``seed``, ``profile``; ``source`` (``utility`` or the attack, ``attack.part`` for an
+    attack's part), ``attribute``, ``group``, ``n``, ``metric``, ``value``, ``ci95``,
+    ``clean`` and ``chance`` (attacks), ``privacy`` and ``flag`` (``group too small``:
+    no number; ``attack too weak``: no privacy score).
+
+    Args:
+        source: A results directory or an MLflow tracking URI.
+        **filters: As :func:`results` (on the cell columns).
+    """
+    import pandas as pd
+
+    cells = results(source, **filters)
+    rows = []
+    for _, cell in cells.iterrows():
+        keep = {k: cell[k] for k in ("run_id", "cell_key", "task", "mechanism", "params", "seed", "profile")}
+        groups = cell["groups"] or {}
+        parts = ([("utility", groups["utility"])] if "utility" in groups else []) + list(groups.get("attacks", {}).items())
+        for name, part in parts:
+            metric = part["metric"]
+            for attr, members in part["table"].items():
+                for value, row in members.items():
+                    rows.append({**keep, "source": name, "attribute": attr, "group": value, "n": row["n"],
+                                 "metric": metric, "value": row.get(metric), "ci95": row.get(f"{metric}_ci95"),
+                                 "clean": row.get("clean", row.get(f"{metric}_clean")), "chance": row.get("chance"),
+                                 "privacy": row.get("privacy"), "flag": row.get("flag")})
+    columns = ["run_id", "cell_key", "task", "mechanism", "params", "seed", "profile", "source", "attribute", "group",
+               "n", "metric", "value", "ci95", "clean", "chance", "privacy", "flag"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _number(value: Any) -> float:

@@ -79,7 +79,7 @@ def execute(
         try:
             output = run_cell(planned, log, progress)
             configs, artifacts = cell_artifacts(output, planned)
-            tracker.finish_cell(run_id, output.result, configs, artifacts)
+            tracker.finish_cell(run_id, output.result, configs, artifacts, output.curves)
         except KeyboardInterrupt:
             tracker.fail_cell(run_id, "interrupted", status="KILLED")
             raise

@@ -206,6 +206,8 @@ class RunContext:
             trained (``membership`` asks a :class:`TrainsClassifier` task for its models).
         log: Prints a progress line (quiet in CI).
         progress: Wraps an iterable in a progress bar: ``progress(iterable, total, desc)``.
+        groups: Where the task puts its per-group table: ``groups["utility"] = (table,
+            how it was measured)``, a table of :mod:`bench.groups`.
     """
 
     device: torch.device
@@ -219,6 +221,7 @@ class RunContext:
     task: "Task | None" = None
     log: Callable[[str], None] = lambda msg: None
     progress: Callable[..., Any] = lambda it, total=None, desc=None: it
+    groups: dict[str, Any] = field(default_factory=dict)
 
 
 class _Configurable(abc.ABC):
@@ -359,6 +362,8 @@ class AttackOutcome:
         pvalue: The attack's own p-value of its clean advantage (a Mann-Whitney test of
             an AUC, say), used instead of the binomial test on ``trials``.
         parts: Target name -> its own outcome; when present they define the score.
+        groups: The attack per demographic group (:func:`bench.groups.attack_groups`);
+            with parts, each part's own ``groups``.
     """
 
     metrics: dict[str, float]
@@ -368,6 +373,7 @@ class AttackOutcome:
     trials: int | None = None
     parts: Mapping[str, "AttackOutcome"] = field(default_factory=dict)
     pvalue: float | None = None
+    groups: Mapping[str, Any] = field(default_factory=dict)
 
     def scores(self) -> dict[str, float | None]:
         """Returns target -> privacy score (None: undefined); ``""`` names a single-target attack."""

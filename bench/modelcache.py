@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from torch import nn
 
+from bench import curves
 from bench.cache import Cache
 from bench.cells import content_key
 
@@ -18,6 +19,7 @@ def cached_model(
     build: Callable[[], nn.Module],
     train: Callable[[nn.Module], dict[str, Any]],
     log: Callable[[str], None] = lambda msg: None,
+    name: str | None = None,
 ) -> tuple[nn.Module, dict[str, Any]]:
     """Returns a trained model, training and caching it on first use.
 
@@ -29,11 +31,13 @@ def cached_model(
         key_parts: Everything the trained weights depend on (data key, config, seed).
         build: Makes the untrained model.
         train: Trains the model in place and returns facts to keep with it (numbers and
-            strings only).
+            strings only; ``curve``: name -> one value per epoch, see :mod:`bench.curves`).
         log: Progress messages.
+        name: The model's name in the cell; its curves are recorded under it (fresh or cached).
 
     Returns:
-        The model (on the device ``build``/``train`` put it on) and the training facts.
+        The model (on the device ``build``/``train`` put it on) and the training facts
+        (without the curves).
     """
     key = content_key(*key_parts)
     model = build()
@@ -48,4 +52,8 @@ def cached_model(
     if hit:
         model.load_state_dict(saved["state"])
         log(f"reused cached model {key[:8]}")
-    return model, saved["info"]
+    info = dict(saved["info"])
+    curve = info.pop("curve", None)
+    if name is not None:
+        curves.record(name, key, curve)
+    return model, info

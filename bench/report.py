@@ -82,8 +82,78 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
         lines.append(f"images: native {native[0]}x{native[1]} (median) -> stored {chain['stored'][0]}x"
                      f"{chain['stored'][1]} (the mechanism runs here) -> task input {chain['task_input'][0]}x"
                      f"{chain['task_input'][1]}{upscaled}")
+    if result.groups:
+        lines += ["", format_groups(result.groups)]
     lines.append(f"runtime: {result.runtime_s:.1f} s on {result.device}   cell {result.cell_key}")
     if run_id:
         lines.append(f"logged: MLflow run {run_id}" + (f" in {where}" if where else ""))
     lines.append("(* primary utility metric; privacy = 1 - retained attack advantage over chance)")
     return "\n".join(lines)
+
+
+def group_rows(groups: dict) -> tuple[list[str], list[list[str]], list[str]]:
+    """Returns the per-group table of ``Result.groups``: header, rows (one per attribute value) and gap lines."""
+    utility = groups.get("utility")
+    attacks = groups.get("attacks", {})
+    header = ["attribute", "group", "n"]
+    if utility:
+        header += [f"{utility['metric']} (95% CI)", f"{utility['metric']}_clean"]
+    header += [f"{name}: {part['metric']} / privacy" for name, part in attacks.items()]
+    attrs = list(dict.fromkeys([*(utility["table"] if utility else {}),
+                                *(a for part in attacks.values() for a in part["table"])]))
+    rows = []
+    for attr in attrs:
+        values = list(dict.fromkeys([*((utility or {}).get("table", {}).get(attr, {})),
+                                     *(v for part in attacks.values() for v in part["table"].get(attr, {}))]))
+        for value in values:
+            row = [attr, value]
+            cell = (utility or {}).get("table", {}).get(attr, {}).get(value) if utility else None
+            sizes = [cell["n"]] if cell else []
+            if utility:
+                row += _group_metric(cell, utility["metric"]) + [_group_plain(cell, utility["metric"] + "_clean")]
+            for part in attacks.values():
+                hit = part["table"].get(attr, {}).get(value)
+                sizes.append(hit["n"] if hit else None)
+                if hit is None or "flag" in hit and hit.get("privacy") is None and part["metric"] not in hit:
+                    row.append(hit["flag"] if hit else "–")
+                else:
+                    privacy = _fmt(hit["privacy"]) if hit.get("privacy") is not None else f"undefined ({hit['flag']})"
+                    row.append(f"{_group_metric(hit, part['metric'])[0]} / {privacy}")
+            row.insert(2, "/".join(str(s) for s in dict.fromkeys(s for s in sizes if s is not None)) or "–")
+            rows.append(row)
+    gaps = []
+    for name, part in ([("utility", utility)] if utility else []) + list(attacks.items()):
+        for attr, gap in part["gaps"].items():
+            ci = f" ± {gap['ci95']:.4f}" if gap.get("ci95") is not None else ""
+            gaps.append(f"largest {name} gap in {attr}: {gap['metric']} {gap['gap']:.4f}{ci} ({gap['high']} − {gap['low']})")
+    if groups.get("worst_privacy"):
+        w = groups["worst_privacy"]
+        gaps.append(f"worst group's privacy: {w['privacy']:.4f} ({w['group']}, {w['attack']})")
+    return header, rows, gaps
+
+
+def _group_metric(row: dict | None, metric: str) -> list[str]:
+    if not row or row.get(metric) is None:
+        return [row.get("flag", "–") if row else "–"]
+    ci = row.get(f"{metric}_ci95")
+    return [f"{row[metric]:.4f}" + (f" ± {ci:.4f}" if ci is not None else "")]
+
+
+def _group_plain(row: dict | None, metric: str) -> str:
+    return f"{row[metric]:.4f}" if row and row.get(metric) is not None else "–"
+
+
+def format_groups(groups: dict, markdown: bool = False) -> str:
+    """Returns the per-group table as aligned text (or Markdown), then the largest gaps."""
+    if not groups:
+        return ""
+    header, rows, gaps = group_rows(groups)
+    note = (groups.get("utility") or {}).get("note")
+    title = f"by group (no number below {groups['min_size']} targets" + (f"; utility: {note}" if note else "") + ")"
+    if markdown:
+        lines = [title, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+    else:
+        widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+        lines = [title] + ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    return "\n".join(lines + [""] + gaps)

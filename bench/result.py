@@ -44,6 +44,9 @@ class Result:
         images: The size chain: ``native`` sizes read (min/median/max), ``stored`` (where
             the mechanism ran), ``task_input`` (what the task's networks see) and
             ``upscaled`` (images enlarged before the mechanism).
+        groups: Utility and attacks per demographic group, with sizes, CIs, the largest
+            gap per attribute and the worst group's privacy (:func:`bench.groups.cell_groups`);
+            empty where the data labels no demographic attribute.
         runtime_s: Wall-clock seconds.
         versions: Package versions.
         git_sha: Commit of the harness, or "unknown".
@@ -80,6 +83,7 @@ class Result:
     eval_split: str = "test"
     images: dict[str, Any] = field(default_factory=dict)
     training_claim: dict[str, Any] | None = None
+    groups: dict[str, Any] = field(default_factory=dict)
     schema: int = RESULT_SCHEMA
 
     @property

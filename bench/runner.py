@@ -18,12 +18,13 @@ from typing import Any, Callable
 
 import torch
 
-from bench import __version__, scores
+from bench import __version__, curves, scores
 from bench.cells import cell_key
 from bench.config import PROFILES, did_you_mean
 from bench.datasets.base import ImageSet, Splits, load_dataset
 from bench.datasets.shards import configure_huggingface
 from bench.errors import BenchError
+from bench.groups import MIN_GROUP_SIZE, cell_groups
 from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
 from bench.registry import attacks as attack_registry
 from bench.registry import datasets as dataset_registry
@@ -168,11 +169,12 @@ def plan(config: RunConfig) -> Plan:
 
 @dataclass
 class CellOutput:
-    """A computed cell: its result plus the data it was computed on (for sample sheets)."""
+    """A computed cell: its result, the data it was computed on (for sample sheets) and its models' training curves."""
 
     result: Result
     clean: Splits
     release: Release
+    curves: dict[str, list[float]] = field(default_factory=dict)
 
 
 def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progress: Callable[..., Any] | None = None) -> CellOutput:
@@ -195,7 +197,8 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         device=plan_.device, seed=cfg.seed, profile=cfg.profile, data_root=cfg.data_root, cache_dir=cfg.cache,
         options={}, eval_split=cfg.split, benchmark=cfg.task, task=plan_.task, log=log, progress=progress or (lambda it, total=None, desc=None: it),
     )
-    log(f"loading {plan_.task.dataset}")
+    dataset = dataset_registry.get(plan_.task.dataset)()
+    log(f"{'generating' if dataset.synthetic else 'loading'} {plan_.task.dataset} (or reading it from the cache)")
     clean = load_dataset(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache, cfg.verify_data)
     chain = image_chain(clean, plan_.task)
     if chain["upscaled"]:
@@ -205,18 +208,19 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
               file=sys.stderr, flush=True)
     log(f"releasing {plan_.task.dataset} through {cfg.mechanism}")
     boxes = cfg.overrides.get("release", {}).get("boxes", "dataset")
-    dataset = dataset_registry.get(plan_.task.dataset)()
 
     def public() -> ImageSet | None:
         return dataset.load_public(cfg.data_root, plan_.task.data_options(), cfg.cache)
 
     release = make_release(clean, plan_.mechanism, ctx, public, boxes)
-    log(f"evaluating {cfg.task}")
-    utility = plan_.task.evaluate(clean, release, ctx)
-    outcomes: dict[str, AttackOutcome] = {}
-    for name, attack in plan_.attacks.items():
-        log(f"attacking with {name}")
-        outcomes[name] = attack.run(clean, release, ctx)
+    with curves.recording() as recorded:
+        log(f"evaluating {cfg.task}")
+        utility = plan_.task.evaluate(clean, release, ctx)
+        outcomes: dict[str, AttackOutcome] = {}
+        for name, attack in plan_.attacks.items():
+            log(f"attacking with {name}")
+            outcomes[name] = attack.run(clean, release, ctx)
+    groups = result_groups(ctx, outcomes, type(plan_.task).primary)
     privacy = {name: o.privacy() for name, o in outcomes.items()}
     flags = attack_flags(outcomes)
     training_claim = plan_.task.training_claim(clean)
@@ -232,9 +236,9 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         dataset_fingerprint=clean.fingerprint, synthetic=clean.synthetic, device=str(plan_.device),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         release_metrics=dict(release.metrics), images=chain,
-        training_claim=training_claim.to_dict() if training_claim else None,
+        training_claim=training_claim.to_dict() if training_claim else None, groups=groups,
     )
-    return CellOutput(result, clean, release)
+    return CellOutput(result, clean, release, recorded)
 
 
 def image_chain(clean: Splits, task: Task) -> dict[str, Any]:
@@ -250,6 +254,19 @@ def image_chain(clean: Splits, task: Task) -> dict[str, Any]:
     task_input = task.input_size()
     return {"native": native, "stored": stored, "mechanism_at": "stored",
             "task_input": list(task_input) if task_input else stored, "upscaled": int(reported.get("upscaled", 0))}
+
+
+def result_groups(ctx: RunContext, outcomes: dict[str, AttackOutcome], primary: str) -> dict[str, Any]:
+    """Returns the cell's per-group tables: the task's (``ctx.groups``) and each attack's (or part's)."""
+    tables = {}
+    for name, outcome in outcomes.items():
+        if outcome.groups:
+            tables[name] = dict(outcome.groups)
+        for part, sub in outcome.parts.items():
+            if sub.groups:
+                tables[f"{name}.{part}"] = dict(sub.groups)
+    utility, note = ctx.groups.get("utility", (None, ""))
+    return cell_groups(utility, tables, primary, MIN_GROUP_SIZE, note)
 
 
 def attack_flags(outcomes: dict[str, AttackOutcome]) -> dict[str, str]:
@@ -297,7 +314,12 @@ def versions() -> dict[str, str]:
 
 @lru_cache(maxsize=1)
 def git_sha() -> str:
-    """Returns the harness's commit (with ``-dirty`` for uncommitted changes), or ``unknown``."""
+    """Returns the harness's commit (with ``-dirty`` for uncommitted changes), or ``unknown``.
+
+    Code shipped to a Ray worker is no git checkout: the driver's commit comes in ``BENCH_GIT_SHA``.
+    """
+    if os.environ.get("BENCH_GIT_SHA"):
+        return os.environ["BENCH_GIT_SHA"]
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)

@@ -276,9 +276,11 @@ class DpVit(Task):
                                     progress=ctx.progress)
             for slot, model in zip(members.members, trained.models):
                 slot.load_state_dict(model.state_dict())
-            return dict(trained.report)
+            losses = [trained.report[f"loss_epoch_{e}"] for e in range(1, self.config.schedule.epochs + 1)]
+            return {**trained.report, "curve": {"loss": losses}}
 
-        members, report = cached_model(ctx.cache_dir, key_parts, build, train_into, ctx.log)
+        name = "reference" if not method.private else f"eps_{method.dp_epsilon:g}"
+        members, report = cached_model(ctx.cache_dir, key_parts, build, train_into, ctx.log, name=f"dp_vit.{name}")
         members = members.to(ctx.device).eval()
         return Classifier(list(members.members), report, ctx.device)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -110,3 +112,52 @@ def mean_ci95(values: torch.Tensor) -> tuple[float, float]:
     if n < 2:
         return mean, float("nan")
     return mean, 1.96 * float(values.std(unbiased=True)) / math.sqrt(n)
+
+
+def group_episode_accuracies(
+    embeddings: dict[str, torch.Tensor],
+    labels: torch.Tensor,
+    groups: dict[str, dict[str, np.ndarray]],
+    episode: tuple[int, int, int],
+    episodes: int,
+    generator: Callable[[str, str], torch.Generator],
+    min_size: int,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Few-shot accuracy per demographic group, from episodes drawn *within* each group.
+
+    Every image of an episode (support and query, all ``way`` classes) belongs to the
+    group, so a group's number is how well the model tells that group's people apart: not
+    a slice of mixed episodes, whose difficulty would depend on the other groups.
+
+    Args:
+        embeddings: Metric name -> [M, D] embeddings of the split's images (``acc`` on
+            released images, ``acc_clean`` by the clean model on clean images, say).
+        labels: [M] class (identity) of each image.
+        groups: From :func:`bench.groups.demographic_groups`.
+        episode: (way, shot + query, shot).
+        episodes: Episodes per group.
+        generator: (attribute, value) -> the generator of that group's episodes.
+        min_size: Fewest images a group needs for a number.
+
+    Returns:
+        ``attribute -> group -> {n, classes, episodes, <metric>, <metric>_ci95}``; a group
+        below ``min_size`` images or with fewer than ``way`` classes of ``shot + query``
+        images has only its sizes and ``flag``.
+    """
+    way, per_class, shot = episode
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for attr, members in groups.items():
+        for value, mask in members.items():
+            where = torch.from_numpy(np.flatnonzero(mask))
+            sub = labels[where]
+            _, counts = torch.unique(sub, return_counts=True)
+            row: dict[str, Any] = {"n": len(where), "classes": int((counts >= per_class).sum())}
+            if row["n"] < min_size or row["classes"] < way:
+                row["flag"] = "group too small"
+            else:
+                index = where[EpisodeSampler(sub, way, per_class, generator(attr, value)).sample(episodes)]
+                row["episodes"] = episodes
+                for name, emb in embeddings.items():
+                    row[name], row[f"{name}_ci95"] = mean_ci95(episode_accuracies(emb, index, shot))
+            table.setdefault(attr, {})[value] = row
+    return table

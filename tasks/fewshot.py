@@ -32,15 +32,17 @@ from torch import nn
 
 from bench.cells import content_key
 from bench.config import setting
+from bench.curves import EpochValues
 from bench.datasets.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
 from bench.interfaces import Release, RunContext, Task
+from bench.groups import MIN_GROUP_SIZE, demographic_groups
 from bench.modelcache import cached_model
 from bench.nn.conv4 import Conv4
 from bench.nn.dncnn import DnCNN, image_quality
 from bench.nn.images import embed, embed_images, prepare, to_input
 from bench.seeding import derive_seed, make_generator
-from tasks.episodes import EpisodeSampler, episode_accuracies, mean_ci95, prototypical_loss
+from tasks.episodes import EpisodeSampler, episode_accuracies, group_episode_accuracies, mean_ci95, prototypical_loss
 
 MODEL_VERSION = 1
 DENOISER_SETTINGS = ("denoiser_depth", "denoiser_width", "denoiser_init", "denoiser_epochs")
@@ -193,19 +195,21 @@ class FewShot(Task):
         index = self._test_episodes(test_released.labels, ctx.seed)
         clean_fit = self._fit_sets(clean, ctx)
         clean_model = self._model(*clean_fit, ("clean", clean.fingerprint), ctx, "clean")
-        acc_clean, _ = self._accuracy(clean_model, clean[split], index, ctx)
-        acc_base, ci_base = self._accuracy(clean_model, test_released, index, ctx)
+        acc_clean, _, emb_clean = self._accuracy(clean_model, clean[split], index, ctx)
+        acc_base, ci_base, emb_base = self._accuracy(clean_model, test_released, index, ctx)
         out = {"acc_baseline": acc_base, "acc_baseline_ci95": ci_base, "acc_clean": acc_clean}
         if released.is_clean:
+            self._group_accuracy(test_released, emb_base, emb_clean, ctx)
             # Nothing to learn from or to undo: the noisy and denoiser models are the clean one.
             return {"acc": acc_base, "acc_ci95": ci_base, **out, "acc_denoiser": acc_base,
                     "acc_denoiser_ci95": ci_base, "ssim_denoiser": 1.0, "ssim_released": 1.0}
         released_fit = self._fit_sets(released.splits, ctx)
         data_key = ("release", released.key)
         noisy_model = self._model(*released_fit, data_key, ctx, "noisy")
-        acc, ci = self._accuracy(noisy_model, test_released, index, ctx)
+        acc, ci, emb = self._accuracy(noisy_model, test_released, index, ctx)
+        self._group_accuracy(test_released, emb, emb_clean, ctx)
         denoising = self._denoiser_model(released_fit, clean_fit[0], data_key, noisy_model, ctx)
-        acc_den, ci_den = self._accuracy(denoising, test_released, index, ctx)
+        acc_den, ci_den, _ = self._accuracy(denoising, test_released, index, ctx)
         ssim_den = image_quality(*self._ssim_pair(denoising.denoiser, test_released, clean[split], ctx))["ssim"]
         ssim_raw = image_quality(*self._ssim_pair(None, test_released, clean[split], ctx))["ssim"]
         return {"acc": acc, "acc_ci95": ci, **out, "acc_denoiser": acc_den, "acc_denoiser_ci95": ci_den,
@@ -235,9 +239,23 @@ class FewShot(Task):
 
     def _accuracy(
         self, model: torch.nn.Module, split: ImageSet, index: torch.Tensor, ctx: RunContext
-    ) -> tuple[float, float]:
+    ) -> tuple[float, float, torch.Tensor]:
+        """Returns the mean episode accuracy, its 95% half-width and the embeddings of ``split``."""
         emb = embed_images(model, split.images, self.config.image_size, ctx.device)
-        return mean_ci95(episode_accuracies(emb, index, self.config.test_shot))
+        return (*mean_ci95(episode_accuracies(emb, index, self.config.test_shot)), emb)
+
+    def _group_accuracy(self, test: ImageSet, emb: torch.Tensor, emb_clean: torch.Tensor, ctx: RunContext) -> None:
+        """Reports ``acc`` (the utility model on released images) and ``acc_clean`` per demographic group."""
+        groups = demographic_groups(test.attrs, test.attr_names)
+        if not groups:
+            return
+        cfg = self.config
+        table = group_episode_accuracies(
+            {"acc": emb, "acc_clean": emb_clean}, test.labels, groups,
+            (cfg.test_way, cfg.test_shot + cfg.test_query, cfg.test_shot), cfg.test_episodes,
+            lambda attr, value: make_generator(ctx.seed, self.name, "group-episodes", attr, value), MIN_GROUP_SIZE)
+        ctx.groups["utility"] = (table, f"{cfg.test_way}-way {cfg.test_shot}-shot episodes drawn within each group "
+                                        "(not a slice of mixed episodes)")
 
     def _ssim_pair(self, denoiser: nn.Module | None, released: ImageSet, clean: ImageSet,
                    ctx: RunContext) -> tuple[torch.Tensor, torch.Tensor]:
@@ -266,7 +284,7 @@ class FewShot(Task):
             ctx.log(f"training the {label} few-shot model ({content_key(*key)[:8]})")
             return train_prototypical(model, train, val, cfg, ctx, seed=derive_seed(ctx.seed, self.name, label))
 
-        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
+        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log, name=f"fewshot.{label}")
         return model.to(ctx.device)
 
     def _denoiser_model(self, released_fit: tuple[ImageSet, ImageSet, tuple], clean_train: ImageSet,
@@ -292,7 +310,7 @@ class FewShot(Task):
             return train_prototypical(model, train, val, cfg, ctx, seed, targets=clean_train,
                                       epochs=cfg.denoiser_epochs)
 
-        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
+        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log, name="fewshot.denoiser")
         return model.to(ctx.device)
 
 
@@ -346,6 +364,7 @@ def train_prototypical(
     optimiser = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     schedule = torch.optim.lr_scheduler.StepLR(optimiser, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
     best_acc, best_state, best_epoch, waited = -1.0, None, 0, 0
+    epoch_loss, val_accs = EpochValues(), []
     for epoch in ctx.progress(range(epochs), total=epochs, desc="few-shot epochs"):
         model.train()
         for index in sampler.sample(cfg.episodes_per_epoch):
@@ -360,10 +379,13 @@ def train_prototypical(
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             optimiser.step()
+            epoch_loss.add(loss)
+        epoch_loss.close_epoch()
         schedule.step()
         val_emb = embed(model, val_inputs) if val_inputs is not None else embed_images(model, val.images, cfg.image_size,
                                                                                          ctx.device)
         val_acc = float(episode_accuracies(val_emb, val_index, cfg.test_shot).mean())
+        val_accs.append(val_acc)
         if val_acc > best_acc:
             best_acc, best_state, best_epoch, waited = val_acc, copy.deepcopy(model.state_dict()), epoch, 0
         else:
@@ -373,4 +395,4 @@ def train_prototypical(
     if best_state is not None:
         model.load_state_dict(best_state)
     return {"best_val_acc": best_acc, "best_epoch": best_epoch, "epochs_run": epoch + 1,
-            "seconds": time.perf_counter() - started}
+            "seconds": time.perf_counter() - started, "curve": {"loss": epoch_loss.means, "val_acc": val_accs}}

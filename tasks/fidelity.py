@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from bench.config import setting
 from bench.datasets.base import Splits
+from bench.groups import MIN_GROUP_SIZE, demographic_groups, mean_groups
 from bench.interfaces import Release, RunContext, Task
 
 LUMA = (0.299, 0.587, 0.114)
@@ -111,6 +112,12 @@ class Fidelity(Task):
             y = b[start : start + self.config.batch].to(ctx.device)
             scores.append(ssim(x, y).cpu())
             peaks.append(psnr(x, y).cpu())
-        value = float(torch.cat(scores).mean())
+        per_image = torch.cat(scores)
+        value = float(per_image.mean())
         peak = float(torch.cat(peaks).mean())
+        test = clean[self.config.split]
+        groups = demographic_groups(test.attrs, test.attr_names)
+        if groups:
+            ctx.groups["utility"] = (mean_groups(per_image.double().numpy(), groups, "ssim", MIN_GROUP_SIZE),
+                                     "mean SSIM of each group's released test images")
         return {"ssim": value, "psnr": peak if math.isfinite(peak) else 100.0}

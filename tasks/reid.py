@@ -23,6 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -30,6 +31,7 @@ from bench.cells import content_key
 from bench.config import setting
 from bench.datasets.base import ImageSet, Splits
 from bench.errors import BenchError
+from bench.groups import MIN_GROUP_SIZE, demographic_groups, mean_groups
 from bench.interfaces import Release, RunContext, Task
 from bench.modelcache import cached_model
 from bench.nn.augment import augment
@@ -39,7 +41,7 @@ from bench.nn.resnet import ARCHS, ReidNet, check_weights
 from bench.nn.sampling import PKSampler
 from bench.nn.threads import cpu_threads
 from bench.seeding import derive_seed, make_generator
-from tasks.reid_centroids import CentroidGallery, build_centroids, evaluate_centroids
+from tasks.reid_centroids import CentroidGallery, build_centroids, centroid_query_aps, evaluate_centroids
 from tasks.reid_metrics import evaluate_rank
 
 MODEL_VERSION = 1
@@ -175,6 +177,8 @@ class Reid(Task):
             suffix = "on_centroids" if kind == "regular" else "on_images"
             out[f"map_{kind}_{suffix}"] = other[1]
             out[f"rank1_{kind}_{suffix}"] = float(other[0][0])
+            if kind == "centroid":
+                self._group_map(q_feat, query, centroids_of(g_feat), ctx)
         out.update(self._chance(query, gallery, centroids_of, ctx.seed))
         return out
 
@@ -190,6 +194,18 @@ class Reid(Task):
             images.append(rank_images(q_feat, g_feat, query, gallery)[1])
             centroids.append(evaluate_centroids(q_feat, query.labels, query.cams, centroids_of(g_feat))[1])
         return {"chance_map_images": sum(images) / len(images), "chance_map_centroids": sum(centroids) / len(centroids)}
+
+    def _group_map(self, q_feat: torch.Tensor, query: ImageSet, centroids: CentroidGallery, ctx: RunContext) -> None:
+        """Reports ``map_centroid`` per demographic group of the queries (each query ranks every centroid)."""
+        groups = demographic_groups(query.attrs, query.attr_names)
+        if not groups:
+            return
+        aps = centroid_query_aps(q_feat, query.labels, query.cams, centroids).numpy()
+        matched = ~np.isnan(aps)
+        groups = {attr: {value: mask & matched for value, mask in members.items()} for attr, members in groups.items()}
+        table = mean_groups(np.nan_to_num(aps), groups, "map_centroid", MIN_GROUP_SIZE)
+        ctx.groups["utility"] = (table, "mean average precision of each group's queries against the whole centroid "
+                                        "gallery (queries without a match left out)")
 
     def _embed(self, model: torch.nn.Module, split: ImageSet, ctx: RunContext) -> torch.Tensor:
         return embed_images(model, split.images, self.config.input_size, ctx.device, batch=256).cpu()
@@ -208,7 +224,7 @@ class Reid(Task):
             seed = derive_seed(ctx.seed, self.name, kind, "train")
             return train_reid(model, train.images, classes, cfg, ctx, seed, centroid=kind == "centroid")
 
-        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log)
+        model, _ = cached_model(ctx.cache_dir, key, build, train_fn, ctx.log, name=f"reid.{kind}")
         return model.to(ctx.device)
 
 
@@ -262,6 +278,7 @@ def train_reid(
     optimiser = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     model.train()
     steps, last = 0, {}
+    curve: dict[str, list[float]] = {"loss": [], "ce": [], "triplet": []} | ({"ctl": []} if centroid else {})
     for epoch in ctx.progress(range(cfg.epochs), total=cfg.epochs, desc="reID epochs"):
         for group in optimiser.param_groups:
             group["lr"] = learning_rate(cfg, epoch)
@@ -286,5 +303,7 @@ def train_reid(
             batches += 1
         steps += batches
         last = {name: value / max(batches, 1) for name, value in sums.items()}
+        for name in curve:
+            curve[name].append(sum(last.values()) if name == "loss" else last[name])
     model.eval()
-    return {"steps": steps, "last_epoch_losses": last, "seconds": time.perf_counter() - started}
+    return {"steps": steps, "last_epoch_losses": last, "seconds": time.perf_counter() - started, "curve": curve}

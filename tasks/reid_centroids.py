@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tasks.reid_metrics import evaluate_rank
+from tasks.reid_metrics import evaluate_rank, query_average_precision
 
 JUNK_PID = -1
 DISTRACTOR_PID = 0
@@ -125,24 +125,39 @@ def evaluate_centroids(
         ValueError: No query has a centroid of its identity without its camera.
     """
     q_pids, q_cams = torch.as_tensor(q_pids).long().cpu(), torch.as_tensor(q_cams).long().cpu()
-    dist = torch.cdist(F.normalize(q_feat.cpu().float(), dim=1), F.normalize(gallery.features.float(), dim=1))
     max_rank = min(max_rank, len(gallery.pids))
     cmc_sum = torch.zeros(max_rank, dtype=torch.float64)
     ap_sum, valid_sum = 0.0, 0
-    for cam in torch.unique(q_cams).tolist():
-        rows = (q_cams == cam).nonzero().flatten()
-        has_cam = gallery.cams[:, cam] if cam < gallery.cams.shape[1] else torch.zeros(len(gallery.pids), dtype=torch.bool)
-        valid = _has_match(q_pids[rows], gallery.pids, ~has_cam)
-        if valid == 0:
-            continue
-        g_cams = torch.where(has_cam, torch.tensor(cam), torch.tensor(_NOT_A_CAMERA))
-        cmc, mean_ap = evaluate_rank(dist[rows], q_pids[rows], gallery.pids, q_cams[rows], g_cams, max_rank)
+    for rows, dist, g_cams, valid in _camera_blocks(q_feat, q_pids, q_cams, gallery):
+        cmc, mean_ap = evaluate_rank(dist, q_pids[rows], gallery.pids, q_cams[rows], g_cams, max_rank)
         cmc_sum += cmc.double() * valid
         ap_sum += mean_ap * valid
         valid_sum += valid
     if valid_sum == 0:
         raise ValueError("no query has a centroid of its identity built without its camera")
     return (cmc_sum / valid_sum).float(), ap_sum / valid_sum
+
+
+def centroid_query_aps(q_feat: torch.Tensor, q_pids: torch.Tensor, q_cams: torch.Tensor,
+                       gallery: CentroidGallery) -> torch.Tensor:
+    """Returns each query's AP against the centroids, as :func:`evaluate_centroids` ranks them (NaN: no match)."""
+    q_pids, q_cams = torch.as_tensor(q_pids).long().cpu(), torch.as_tensor(q_cams).long().cpu()
+    aps = torch.full((len(q_pids),), float("nan"), dtype=torch.float64)
+    for rows, dist, g_cams, _ in _camera_blocks(q_feat, q_pids, q_cams, gallery):
+        aps[rows] = query_average_precision(dist, q_pids[rows], gallery.pids, q_cams[rows], g_cams)
+    return aps
+
+
+def _camera_blocks(q_feat: torch.Tensor, q_pids: torch.Tensor, q_cams: torch.Tensor, gallery: CentroidGallery):
+    """Yields, per query camera with a possible match: (query rows, their distances, centroid camera ids, matches)."""
+    dist = torch.cdist(F.normalize(q_feat.cpu().float(), dim=1), F.normalize(gallery.features.float(), dim=1))
+    for cam in torch.unique(q_cams).tolist():
+        rows = (q_cams == cam).nonzero().flatten()
+        has_cam = gallery.cams[:, cam] if cam < gallery.cams.shape[1] else torch.zeros(len(gallery.pids), dtype=torch.bool)
+        valid = _has_match(q_pids[rows], gallery.pids, ~has_cam)
+        if valid == 0:
+            continue
+        yield rows, dist[rows], torch.where(has_cam, torch.tensor(cam), torch.tensor(_NOT_A_CAMERA)), valid
 
 
 def _has_match(q_pids: torch.Tensor, c_pids: torch.Tensor, allowed: torch.Tensor) -> int:

@@ -70,22 +70,40 @@ def evaluate_rank(
         raise ValueError("distmat contains NaN")
     max_rank = min(max_rank, num_g)
 
-    first_hits = torch.zeros(max_rank, dtype=torch.float64)
-    ap_sum = 0.0
-    num_valid = 0
-    step = max(1, _BLOCK_ELEMENTS // max(num_g, 1))
-    for start in range(0, num_q, step):
-        stop = min(start + step, num_q)
-        hits, ap, valid = _evaluate_block(
-            dist[start:stop], q_pids[start:stop], q_camids[start:stop], g_pids, g_camids, max_rank
-        )
-        first_hits += hits
-        ap_sum += ap
-        num_valid += valid
+    first_hits, aps = _evaluate(dist, q_pids, q_camids, g_pids, g_camids, max_rank)
+    valid = ~torch.isnan(aps)
+    num_valid = int(valid.sum())
     if num_valid == 0:
         raise ValueError("no query has a correct match in the gallery")
     cmc = (first_hits.cumsum(0) / num_valid).float()
-    return cmc, ap_sum / num_valid
+    return cmc, float(aps[valid].sum()) / num_valid
+
+
+def query_average_precision(distmat: Any, q_pids: Any, g_pids: Any, q_camids: Any, g_camids: Any) -> torch.Tensor:
+    """Returns each query's average precision under the protocol of :func:`evaluate_rank` (NaN: no correct match).
+
+    The mean over the non-NaN entries is :func:`evaluate_rank`'s mAP.
+    """
+    dist = torch.as_tensor(distmat).detach().cpu()
+    if not dist.is_floating_point() or dist.dtype in (torch.float16, torch.bfloat16):
+        dist = dist.float()
+    return _evaluate(dist, _ids(q_pids), _ids(q_camids), _ids(g_pids), _ids(g_camids), 1)[1]
+
+
+def _evaluate(dist: torch.Tensor, q_pids: torch.Tensor, q_camids: torch.Tensor, g_pids: torch.Tensor,
+              g_camids: torch.Tensor, max_rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (first-hit counts per rank, AP per query with NaN for queries without a match), in blocks."""
+    num_q, num_g = dist.shape
+    first_hits = torch.zeros(max_rank, dtype=torch.float64)
+    aps = []
+    step = max(1, _BLOCK_ELEMENTS // max(num_g, 1))
+    for start in range(0, num_q, step):
+        stop = min(start + step, num_q)
+        hits, ap = _evaluate_block(dist[start:stop], q_pids[start:stop], q_camids[start:stop], g_pids, g_camids,
+                                   max_rank)
+        first_hits += hits
+        aps.append(ap)
+    return first_hits, torch.cat(aps) if aps else torch.zeros(0, dtype=torch.float64)
 
 
 def _ids(values: Any) -> torch.Tensor:
@@ -99,8 +117,8 @@ def _evaluate_block(
     g_pids: torch.Tensor,
     g_camids: torch.Tensor,
     max_rank: int,
-) -> tuple[torch.Tensor, float, int]:
-    """Returns (first-hit counts per rank [max_rank], sum of AP, number of valid queries)."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (first-hit counts per rank [max_rank], AP per query [num_q], NaN where no match is left)."""
     num_q = dist.shape[0]
     junk = (g_pids == JUNK_PID)[None, :]
     same_pid = g_pids[None, :] == q_pids[:, None]
@@ -110,7 +128,7 @@ def _evaluate_block(
     num_rel = correct.sum(1)
     most = int(num_rel.max()) if num_q else 0
     if most == 0:
-        return torch.zeros(max_rank, dtype=torch.float64), 0.0, 0
+        return torch.zeros(max_rank, dtype=torch.float64), torch.full((num_q,), float("nan"), dtype=torch.float64)
 
     inf = torch.tensor(float("inf"), dtype=dist.dtype)
     correct_dist = torch.where(correct, dist, inf).topk(most, dim=1, largest=False, sorted=True).values
@@ -130,9 +148,9 @@ def _evaluate_block(
     rank = wrong_before.double() + nth
     is_real = nth[None, :] <= num_rel[:, None]
     valid = num_rel > 0
-    ap = (torch.where(is_real, nth / rank, 0.0).sum(1)[valid] / num_rel[valid]).sum()
+    ap = torch.where(valid, torch.where(is_real, nth / rank, 0.0).sum(1) / num_rel.clamp(min=1), float("nan"))
 
     first = rank[valid, 0].long()
     first = first[first <= max_rank] - 1
     hits = torch.bincount(first, minlength=max_rank).double()
-    return hits, float(ap), int(valid.sum())
+    return hits, ap

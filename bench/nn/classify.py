@@ -9,6 +9,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from bench.curves import EpochValues
 from bench.interfaces import RunContext
 from bench.nn.images import to_input
 
@@ -68,6 +69,7 @@ def train_classifier(
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=spec.lr, total_steps=total)
     model.train()
     loss = torch.tensor(float("nan"))
+    epoch_loss = EpochValues()
     for _ in ctx.progress(range(spec.epochs), total=spec.epochs, desc=spec.desc):
         order = torch.randperm(len(images), generator=g)
         for step in range(steps_per_epoch):
@@ -79,5 +81,8 @@ def train_classifier(
             loss.backward()
             optimiser.step()
             schedule.step()
+            epoch_loss.add(loss)
+        epoch_loss.close_epoch()
     model.eval()
-    return {"steps": total, "final_loss": loss.item(), "seconds": time.perf_counter() - started}
+    return {"steps": total, "final_loss": loss.item(), "seconds": time.perf_counter() - started,
+            "curve": {"loss": epoch_loss.means}}

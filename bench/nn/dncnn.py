@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.curves import EpochValues
 from bench.interfaces import RunContext
 from bench.nn.images import to_input
 
@@ -106,6 +107,7 @@ def train_denoiser(
     schedule = torch.optim.lr_scheduler.StepLR(optimiser, step_size=max(1, total // 3), gamma=0.5)
     model.train()
     losses = []
+    epoch_loss = EpochValues()
     for _ in ctx.progress(range(spec.epochs), total=spec.epochs, desc=spec.desc):
         order = torch.randperm(len(noisy), generator=g)
         for step in range(steps_per_epoch):
@@ -120,11 +122,13 @@ def train_denoiser(
             optimiser.step()
             schedule.step()
             losses.append(loss.detach())
+            epoch_loss.add(loss)
+        epoch_loss.close_epoch()
     model.eval()
     history = torch.stack(losses).cpu() if losses else torch.full((1,), float("nan"))
     last_epoch = history[-max(1, steps_per_epoch):]
     return {"steps": total, "first_loss": float(history[0]), "final_loss": float(last_epoch.mean()),
-            "seconds": time.perf_counter() - started}
+            "seconds": time.perf_counter() - started, "curve": {"loss": epoch_loss.means}}
 
 
 def _flip_and_crop(x: torch.Tensor, patch: int | None, g: torch.Generator) -> torch.Tensor:

@@ -17,9 +17,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from bench.errors import BenchError
+from bench.tracking.metrics import flatten, metric_batches, result_metrics
 from bench.interfaces import RESULT_SCHEMA, Result
 from bench.locks import file_lock
 
@@ -36,17 +37,6 @@ def tracking_uri(results_dir: Path, explicit: str | None = None) -> str:
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
     return f"sqlite:///{Path(results_dir).resolve() / 'mlflow.db'}"
-
-
-def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """Returns ``{prefix + key: value}`` with nested mappings joined by dots."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, Mapping):
-            out.update(flatten(f"{prefix}{key}.", value))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 EXPERIMENT_KIND = "mlflow.experimentKind"
@@ -200,24 +190,18 @@ class Tracker:
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
         return run.info.run_id
 
-    def finish_cell(self, run_id: str, result: Result, configs: Mapping[str, Any], artifacts: Mapping[str, bytes]) -> None:
-        """Logs a computed cell's metrics, tags and artifacts, then marks its run FINISHED."""
-        from mlflow.entities import Metric, RunTag
+    def finish_cell(self, run_id: str, result: Result, configs: Mapping[str, Any], artifacts: Mapping[str, bytes],
+                    curves: Mapping[str, Sequence[float]] | None = None) -> None:
+        """Logs a computed cell's metrics, tags and artifacts, then marks its run FINISHED.
 
-        metrics = flatten("utility.", result.utility)
-        for attack, values in result.attacks.items():
-            metrics.update(flatten(f"attack.{attack}.", values))
-        metrics.update(flatten("privacy.", result.privacy))
-        metrics.update(flatten("release.", result.release_metrics))
-        if result.privacy_score is not None:
-            metrics["privacy_score"] = result.privacy_score
-        metrics["runtime_s"] = result.runtime_s
-        stamp = _millis()
-        self.client.log_batch(
-            run_id,
-            metrics=[Metric(k, float(v), stamp, 0) for k, v in metrics.items() if _is_number(v)],
-            tags=[RunTag(k, str(v)) for k, v in self._tags(result).items()],
-        )
+        ``curves`` (``model.name -> value per epoch``, :mod:`bench.curves`) become step
+        metrics ``curve.<model>.<name>`` at step = epoch.
+        """
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in self._tags(result).items()])
+        for batch in metric_batches(result_metrics(result), curves, _millis()):
+            self.client.log_batch(run_id, metrics=batch)
         self._log_settings(run_id, configs)
         self._log_dataset(run_id, result)
         with tempfile.TemporaryDirectory() as tmp:
@@ -404,10 +388,6 @@ def _first_line(exc: BaseException) -> str:
 
 def _millis() -> int:
     return int(time.time() * 1000)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 def training_status(claim: Mapping[str, Any] | None) -> str:

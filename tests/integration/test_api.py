@@ -165,3 +165,65 @@ def test_bench_ui_serves_a_copied_results_directory_with_its_artifacts(ran, tmp_
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
+
+
+def test_training_curves_are_step_metrics(ran):
+    import math
+
+    import mlflow
+
+    results, result = ran
+    client = mlflow.MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    run_id = bench.results(results).iloc[0]["run_id"]
+    keys = sorted(k for k in client.get_run(run_id).data.metrics if k.startswith("curve."))
+    assert {"curve.fewshot.clean.loss", "curve.fewshot.clean.val_acc", "curve.face_reid.clean.loss"} <= set(keys)
+    for key in keys:
+        history = client.get_metric_history(run_id, key)
+        assert [m.step for m in history] == list(range(1, len(history) + 1)) and history
+        assert all(math.isfinite(m.value) for m in history)
+    embedder = client.get_metric_history(run_id, "curve.face_reid.clean.loss")
+    assert len(embedder) > 1 and embedder[-1].value < embedder[0].value  # it trained
+
+
+def test_results_by_demographic_group(ran):
+    results, result = ran
+    groups = result.groups
+    assert groups["min_size"] == 20 and "within each group" in groups["utility"]["note"]
+    assert set(groups["utility"]["table"]) == {"gender", "age_group", "skin_tone"}
+    assert set(groups["attacks"]["face_reid"]["table"]) == {"gender", "age_group", "skin_tone"}
+    table = bench.group_results(results)
+    assert set(table["source"]) == {"utility", "face_reid"} and (table["run_id"] == bench.results(results).iloc[0]["run_id"]).all()
+    shown = table[table["flag"] != "group too small"]
+    assert (shown["n"] >= 20).all() and shown["value"].notna().all()
+    hidden = table[table["flag"] == "group too small"]
+    assert hidden["value"].isna().all()
+    probes = table[(table["source"] == "face_reid") & (table["attribute"] == "gender")]["n"].sum()
+    assert probes == result.attacks["face_reid"]["probes"]  # every probe is in one gender group
+    assert bench.results(results).iloc[0]["group.worst_privacy"] == pytest.approx(
+        groups["worst_privacy"]["privacy"]) if "worst_privacy" in groups else True
+
+
+def test_report_cells_bundle_round_trip_and_extra_columns(ran, tmp_path, capsys):
+    import pandas as pd
+
+    from bench.cli import main
+
+    results, result = ran
+    columns = ["--columns", "utility.acc_clean,attack.face_reid.top1,privacy.face_reid"]
+    bundle = tmp_path / "cells.json"
+    assert main(["report", "--results-dir", str(results), *columns, "--cells", str(bundle)]) == 0
+    from_store = capsys.readouterr().out
+    assert f"{result.attacks['face_reid']['top1']:.3f}" in from_store and "attack.face\\_reid.top1 (95% CI)" in from_store
+    assert main(["report", "--bundle", str(bundle), *columns, "--results-dir", str(tmp_path / "none")]) == 0
+    assert capsys.readouterr().out == from_store  # the bundle alone gives the same tables
+    for suffix in (".csv", ".parquet"):
+        assert main(["report", "--bundle", str(bundle), "--cells", str(tmp_path / f"cells{suffix}")]) == 0
+        flat = pd.read_csv(tmp_path / "cells.csv") if suffix == ".csv" else pd.read_parquet(tmp_path / "cells.parquet")
+        assert len(flat) == 1 and flat["utility.acc"].iloc[0] == pytest.approx(result.utility["acc"])
+    capsys.readouterr()
+    for bad, message in ((["--columns", "acc"], "is not utility.METRIC"), (["--cells", str(tmp_path / "x.txt")], ".json, .csv"),
+                         (["--bundle", str(tmp_path / "cells.csv")], "not a readable JSON")):
+        assert main(["report", "--results-dir", str(results), *bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "x.txt").exists()

@@ -128,3 +128,21 @@ def test_errors():
         evaluate_rank(torch.tensor([[float("nan"), 0.0]]), [1], [1, 2], [0], [1, 1])
     with pytest.raises(ValueError, match="max_rank"):
         evaluate_rank(torch.zeros(1, 2), [1], [1, 2], [0], [1, 1], max_rank=0)
+
+
+def test_per_query_average_precision_averages_to_the_map():
+    from tasks.reid_centroids import build_centroids, centroid_query_aps, evaluate_centroids
+    from tasks.reid_metrics import query_average_precision
+
+    g = torch.Generator().manual_seed(3)
+    q_pids, g_pids = torch.randint(1, 8, (30,), generator=g), torch.randint(0, 8, (90,), generator=g)
+    q_cams, g_cams = torch.randint(0, 3, (30,), generator=g), torch.randint(0, 3, (90,), generator=g)
+    q_feat, g_feat = torch.randn(30, 6, generator=g), torch.randn(90, 6, generator=g)
+    dist = torch.cdist(q_feat, g_feat)
+    aps = query_average_precision(dist, q_pids, g_pids, q_cams, g_cams)
+    assert aps.shape == (30,) and float(aps[~aps.isnan()].mean()) == pytest.approx(
+        evaluate_rank(dist, q_pids, g_pids, q_cams, g_cams)[1])
+    gallery = build_centroids(g_feat, g_pids, g_cams, q_pids, q_cams, False)
+    per_query = centroid_query_aps(q_feat, q_pids, q_cams, gallery)
+    assert float(per_query[~per_query.isnan()].mean()) == pytest.approx(
+        evaluate_centroids(q_feat, q_pids, q_cams, gallery)[1])
