@@ -18,6 +18,7 @@ __all__ = [
     "average_reruns",
     "cells_frame",
     "claim_label",
+    "most_common",
     "params_label",
     "training_claim_label",
 ]
@@ -54,6 +55,9 @@ CELL_COLUMNS = [
     "source",
     "run_id",
     "cell_key",
+    "groups",
+    "worst_group_privacy",
+    "worst_group",
 ]
 
 
@@ -143,6 +147,14 @@ def _privacy(row: pd.Series) -> tuple[float, str, str]:
     return math.nan, (NO_ADVERSARY if attacks is not None and not attacks else TOO_WEAK), detail
 
 
+def _groups(row: pd.Series) -> tuple[dict[str, Any], float, str]:
+    """Returns (``Result.groups`` or ``{}``, the worst group's privacy or NaN, that group or "")."""
+    groups = _mapping(row.get("groups")) or {}
+    worst = groups.get("worst_privacy") if isinstance(groups.get("worst_privacy"), dict) else {}
+    privacy = _number(worst.get("privacy"))
+    return groups, privacy, _text(worst.get("group")) if math.isfinite(privacy) else ""
+
+
 def _board(row: pd.Series) -> BoardKey:
     attacks = _mapping(row.get("attacks")) or {}
     overrides = board_overrides(_text(row.get("task")), _mapping(row.get("overrides")) or {})
@@ -168,7 +180,10 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
         ``utility_se`` its standard error from the logged 95% CI (NaN without one);
         ``privacy`` is the privacy score, NaN when undefined, in which case ``flag``
         says why (``attack too weak`` or ``no adversary``); ``board`` is the id of the
-        cell's :class:`~leaderboard.protocol.BoardKey` (``board_key``).
+        cell's :class:`~leaderboard.protocol.BoardKey` (``board_key``); ``groups`` is
+        ``Result.groups`` (``{}`` without demographic results), ``worst_group_privacy``
+        its worst group's privacy (NaN without one) and ``worst_group`` that group
+        (``attribute=value``, "" without one).
 
     Raises:
         ValueError: Rows are given without a ``task`` or ``mechanism`` column.
@@ -189,6 +204,7 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
         params = _mapping(row.get("params")) or {}
         training = training_claim_label(_mapping(row.get("training_claim")))
         key = _board(row)
+        groups, worst_privacy, worst_group = _groups(row)
         rows.append({
             "board": key.id, "board_key": key, "benchmark": key.benchmark, "profile": key.profile,
             "synthetic": key.synthetic, "dataset_fingerprint": key.dataset_fingerprint, "settings": key.settings,
@@ -200,8 +216,20 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
             "claim_label": "; ".join(x for x in (claim_label(epsilon, delta, unit), training and f"training: {training}") if x),
             "training_claim": training, "source": _text(row.get("source"), "local"),
             "run_id": _text(row.get("run_id")), "cell_key": _text(row.get("cell_key")),
+            "groups": groups, "worst_group_privacy": worst_privacy, "worst_group": worst_group,
         })
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
+
+
+def most_common(values: Any) -> tuple[str, int]:
+    """Returns the most frequent non-empty string and its count (ties: the first in sorted order; ``("", 0)``)."""
+    counts: dict[str, int] = {}
+    for value in values:
+        if isinstance(value, str) and value:
+            counts[value] = counts.get(value, 0) + 1
+    if not counts:
+        return "", 0
+    return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def average_reruns(cells: pd.DataFrame, by: tuple[str, ...] = ("board", "cell_key")) -> pd.DataFrame:
@@ -210,7 +238,9 @@ def average_reruns(cells: pd.DataFrame, by: tuple[str, ...] = ("board", "cell_ke
     Re-runs of a configuration with one seed are repeated measurements of one point, never
     extra points. Utility is their mean, with standard error ``sqrt(sum se^2) / m``;
     privacy is the mean of the defined scores; a cell whose every run is flagged stays
-    flagged, and one flagged in some runs says so in ``flag_detail``.
+    flagged, and one flagged in some runs says so in ``flag_detail``. The worst group's
+    privacy is likewise the mean of the defined ones, ``worst_group`` the group most
+    often worst, and ``groups`` the first run's tables that are not empty.
 
     Args:
         cells: Rows of :func:`cells_frame`.
@@ -236,6 +266,12 @@ def average_reruns(cells: pd.DataFrame, by: tuple[str, ...] = ("board", "cell_ke
             "run_id": ", ".join(dict.fromkeys(r for r in group["run_id"] if r)),
             "runs": runs,
         })
+        if "worst_group_privacy" in group:
+            worst = group["worst_group_privacy"].dropna()
+            first["worst_group_privacy"] = float(worst.mean()) if len(worst) else math.nan
+            first["worst_group"] = most_common(group.loc[worst.index, "worst_group"])[0]
+        if "groups" in group:
+            first["groups"] = next((g for g in group["groups"] if g), first["groups"])
         if 0 < len(defined) < runs:
             note = f"{TOO_WEAK} in {runs - len(defined)} of {runs} runs"
             first["flag_detail"] = "; ".join(x for x in (note, first["flag_detail"]) if x)

@@ -25,6 +25,7 @@ __all__ = [
     "render_markdown",
     "render_terminal",
     "terminal_safe",
+    "worst_group_text",
     "write_csv",
 ]
 
@@ -96,7 +97,14 @@ PROTOCOL_LINE = (f"Ranked by the mean over ≥ {MIN_SEEDS} seeds of each seed's 
                  "separates them at 95% (docs/protocol.md).")
 
 _MD_HEADER = ("| Rank | Entry | Mechanism | Claim type | HV mean | 95% CI | Seed spread (sd; min–max) | Seeds "
-              "| Configurations | Flagged cells | Status |")
+              "| Configurations | Flagged cells | Worst-group privacy (group most often worst) | Status |")
+
+
+def worst_group_text(privacy: Any, group: str) -> str:
+    """Formats an entry's worst-group privacy as ``0.339 (age_group=young)``, or ``–`` without one."""
+    if fmt(privacy) == "–":
+        return "–"
+    return f"{fmt(privacy)} ({group})" if group else fmt(privacy)
 
 
 def render_markdown(leaderboard: Leaderboard) -> str:
@@ -110,14 +118,14 @@ def render_markdown(leaderboard: Leaderboard) -> str:
         rows = table[table["board"] == key.id]
         lines += [f"## {markdown_escape(key.benchmark)} · profile {markdown_escape(key.profile)} · "
                   f"{markdown_escape(key.data_label)}", "", f"Settings: {markdown_escape(rows['settings'].iloc[0])}", "",
-                  _MD_HEADER, "|" + "---|" * 11]
+                  _MD_HEADER, "|" + "---|" * 12]
         for standing, r in zip(board.standings, rows.itertuples(index=False)):
             lines.append("| " + " | ".join([
                 markdown_escape(rank_label(standing)), markdown_escape(r.entry), markdown_escape(r.mechanism),
                 markdown_escape(r.claim_type), fmt(r.hv_mean), interval_text(r.hv_low, r.hv_high),
                 f"{fmt(r.hv_std)}; {fmt(r.hv_min)}–{fmt(r.hv_max)}", f"{r.seeds} of {len(standing.declared_seeds)}",
                 str(r.configurations), f"{r.flagged} (attack too weak)" if r.flagged else "0",
-                markdown_escape(r.status),
+                markdown_escape(worst_group_text(r.worst_group_privacy, r.worst_group)), markdown_escape(r.status),
             ]) + " |")
         lines.append("")
     return "\n".join(lines)

@@ -1,85 +1,271 @@
-"""The frontier plot of one board (PNG)."""
+"""The frontier plot of one board: SVG (and PNG) with a JSON sidecar of what it shows.
+
+Each entry gets a colour and marker. A point is one configuration's mean over seeds,
+with the utility's 95% interval as a horizontal bar and the privacy's standard deviation
+over seeds as a vertical bar (:mod:`leaderboard.plot_points`); a full-colour line joins
+the entry's frontier of those means and faint lines its frontier in each seed, which is
+what the ranking scores. Claimed configurations are labelled ``ε=3 [unit]`` where a label
+fits without overlap (:mod:`leaderboard.plot_labels`). A corner mark says whether the
+data is synthetic and which profile ran. Axes are fitted to the data.
+
+SVG elements carry stable ids: ``point-<i>``, ``xerr-<i>``, ``yerr-<i>``, ``label-<i>``,
+``leader-<i>``, ``frontier-<k>``, ``seed-frontier-<k>-<seed>``, ``plot-area`` (the axes),
+``legend``, ``data-mark`` and ``plot-note``; the sidecar maps them to entries and configurations.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
+from typing import Any
 
 import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")
+from leaderboard.boards import Board
+from leaderboard.exports import terminal_safe
+from leaderboard.plot_labels import LabelRequest, PlacedLabel, place_labels
+from leaderboard.plot_points import (
+    MARGIN,
+    MIN_SPAN,
+    PlotPoint,
+    configuration_points,
+    data_range,
+    entry_frontier,
+    fit_limits,
+    seed_frontiers,
+)
+from leaderboard.table import rank_label
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+__all__ = ["data_mark", "frontier_figure", "frontier_plot"]
 
-from leaderboard.boards import Board  # noqa: E402
-from leaderboard.exports import terminal_safe  # noqa: E402
-from leaderboard.pareto import frontier  # noqa: E402
-from leaderboard.table import rank_label  # noqa: E402
-
-__all__ = ["configuration_means", "frontier_plot"]
-
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<")
+MARKER_PT = 5.5
+LABEL_PT = 7.0
+DPI = 110
+SYNTHETIC_COLOUR = "#b00020"
+REAL_COLOUR = "#333333"
 
 
 def _colours() -> list:
-    tab20 = plt.get_cmap("tab20").colors
+    tab20 = matplotlib.colormaps["tab20"].colors
     return list(tab20[0::2]) + list(tab20[1::2])
 
 
-def configuration_means(cells: pd.DataFrame) -> pd.DataFrame:
-    """Returns each configuration's mean utility and privacy over seeds (defined scores only).
-
-    A configuration whose privacy is undefined in every seed has NaN privacy (not a point).
-    """
-    grouped = cells.groupby(["params_label"], sort=True)
-    out = grouped.agg(utility=("utility", "mean"), privacy=("privacy", "mean"), epsilon=("epsilon", "first"),
-                      unit=("unit", "first"))
-    return out.reset_index()
-
-
-def frontier_plot(board: Board, path: Path) -> None:
-    """Draws a board's privacy against utility as a PNG.
-
-    Each entry gets a colour and marker; its points are its configurations' means over
-    seeds and its step line their frontier (the ranking itself uses each seed's own
-    frontier). Cells flagged ``attack too weak`` in every seed are not points. Claimed
-    configurations are labelled with epsilon and unit.
+def data_mark(board: Board) -> str:
+    """Returns the plot's mark of data and profile: ``SYNTHETIC DATA · profile smoke``.
 
     Args:
         board: The board.
-        path: Where to write the PNG.
     """
-    fig, ax = plt.subplots(figsize=(8.0, 5.2), dpi=110)
+    kind = "SYNTHETIC DATA" if board.key.synthetic else "real data"
+    return terminal_safe(f"{kind} · profile {board.key.profile}", 60)
+
+
+def _style(entry_index: int) -> tuple[Any, str]:
     colours = _colours()
+    return colours[entry_index % len(colours)], MARKERS[entry_index % len(MARKERS)]
+
+
+def _draw_point(ax, p: PlotPoint) -> None:
+    colour, marker = _style(p.entry_index)
+    if math.isfinite(p.x_ci) and p.x_ci > 0:
+        bars = ax.errorbar([p.x], [p.y], xerr=[p.x_ci], fmt="none", ecolor=colour, elinewidth=0.9, capsize=2.0,
+                           alpha=0.75, zorder=3)
+        bars.lines[2][0].set_gid(f"xerr-{p.index}")
+    if math.isfinite(p.y_sd) and p.y_sd > 0:
+        bars = ax.errorbar([p.x], [p.y], yerr=[p.y_sd], fmt="none", ecolor=colour, elinewidth=0.9, capsize=2.0,
+                           alpha=0.75, zorder=3)
+        bars.lines[2][0].set_gid(f"yerr-{p.index}")
+    ax.plot([p.x], [p.y], linestyle="none", marker=marker, markersize=MARKER_PT, color=colour,
+            markeredgecolor="white" if p.on_frontier else colour, markeredgewidth=0.6,
+            alpha=1.0 if p.on_frontier else 0.55, zorder=4, gid=f"point-{p.index}")
+
+
+def _legend(ax, board: Board, points: list[PlotPoint]):
+    handles = []
     for i, standing in enumerate(board.standings):
-        means = configuration_means(board.cells[board.cells["entry"] == standing.name])
-        means = means[means["utility"].notna() & means["privacy"].notna()]
-        colour, marker = colours[i % len(colours)], _MARKERS[i % len(_MARKERS)]
-        pts = np.clip(means[["utility", "privacy"]].to_numpy(dtype=float), 0.0, 1.0)
-        label = terminal_safe(f"{rank_label(standing)}. {standing.name}", 48)
-        ax.scatter(pts[:, 0], pts[:, 1], color=colour, marker=marker, s=28, alpha=0.85, label=label, zorder=3)
-        front = frontier(pts)
+        colour, marker = _style(i)
+        text = terminal_safe(f"{rank_label(standing)}. {standing.name}", 48)
+        if not any(p.entry_index == i for p in points):
+            text += " (no scored point)"
+        handles.append(Line2D([], [], color=colour, marker=marker, markersize=MARKER_PT, linewidth=1.6, label=text))
+    if handles:
+        handles.append(Line2D([], [], color="grey", linewidth=0.8, alpha=0.45, label="each seed's frontier"))
+    legend = ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    for text in legend.get_texts():
+        text.set_parse_math(False)
+    legend.set_gid("legend")
+    return legend
+
+
+def _box(artist, renderer) -> tuple[float, float, float, float]:
+    extent = artist.get_window_extent(renderer)
+    return extent.x0, extent.y0, extent.x1, extent.y1
+
+
+def _data_box(ax, box) -> list[float]:
+    (x0, y0), (x1, y1) = ax.transData.inverted().transform([(box[0], box[1]), (box[2], box[3])])
+    return [float(x0), float(y0), float(x1), float(y1)]
+
+
+def _segments(ax, points: list[PlotPoint], frontiers: list[dict]) -> list:
+    ends = []
+    for p in points:
+        if math.isfinite(p.x_ci):
+            ends.append(((p.x - p.x_ci, p.y), (p.x + p.x_ci, p.y)))
+        if math.isfinite(p.y_sd):
+            ends.append(((p.x, p.y - p.y_sd), (p.x, p.y + p.y_sd)))
+    for front in frontiers:
+        ends += list(zip(front["points"][:-1], front["points"][1:]))
+    return [tuple(map(tuple, ax.transData.transform(pair))) for pair in ends]
+
+
+def _label_requests(points: list[PlotPoint]) -> list[LabelRequest]:
+    labelled = [p for p in points if p.label]
+    labelled.sort(key=lambda p: (not p.on_frontier, p.entry_index, p.index))
+    return [LabelRequest(p.index, p.label, p.x, p.y, _style(p.entry_index)[0]) for p in labelled]
+
+
+def _note(dropped: int, omitted: int) -> str:
+    parts = []
+    if dropped:
+        parts.append(f"{dropped} ε label{'s' if dropped > 1 else ''} left out for lack of room (the cells table "
+                     "lists every claim)")
+    if omitted:
+        parts.append(f"{omitted} configuration{'s' if omitted > 1 else ''} without a privacy score not shown")
+    return "; ".join(parts) + ("." if parts else "")
+
+
+def frontier_figure(board: Board) -> tuple[Figure, dict[str, Any]]:
+    """Draws a board's privacy against utility.
+
+    Args:
+        board: The board.
+
+    Returns:
+        ``(figure, sidecar)``: the figure (Agg canvas, laid out) and a JSON-ready
+        description of it: ``xlim``, ``ylim``, ``data_range``, ``points`` (id, entry,
+        configuration, x, y, ``x_ci`` half-width, ``y_sd``), ``labels`` (id, text, box in
+        data coordinates), ``dropped_labels``, ``frontiers``, ``seed_frontiers``,
+        ``omitted``, ``mark`` and ``note``.
+    """
+    fig = Figure(figsize=(8.0, 5.2), dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    points, omitted = configuration_points(board)
+    seeds = seed_frontiers(board)
+    frontiers = _draw_data(ax, board, points, seeds)
+    xlim, ylim = fit_limits(points, seeds)
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    obstacles = _decorate(ax, board, points)
+    fig.canvas.draw()
+    placed, dropped = _place_labels(ax, points, frontiers, obstacles)
+    note = _note(len(dropped), len(omitted))
+    if note:
+        renderer = fig.canvas.get_renderer()
+        below = ax.get_window_extent(renderer).y0 - ax.xaxis.label.get_window_extent(renderer).y0
+        ax.annotate(note, xy=(0, 0), xycoords="axes fraction", xytext=(0, -below * 72 / fig.dpi - 6),
+                    textcoords="offset points", ha="left", va="top", fontsize=7.5, color="#555555",
+                    parse_math=False, gid="plot-note")
+    return fig, _sidecar(board, ax, points, placed, dropped, omitted, frontiers, seeds, note)
+
+
+def _draw_data(ax, board: Board, points: list[PlotPoint], seeds) -> list[dict[str, Any]]:
+    """Draws the per-seed frontiers, the frontiers of the means and the points; returns the latter frontiers."""
+    for s in seeds:
+        ax.plot(s.points[:, 0], s.points[:, 1], color=_style(s.entry_index)[0], linewidth=0.8, alpha=0.3, marker=".",
+                markersize=2.5, zorder=1, gid=f"seed-frontier-{s.entry_index}-{s.seed}")
+    frontiers = []
+    for i, standing in enumerate(board.standings):
+        front = entry_frontier(points, i)
         if len(front):
-            xs = np.concatenate([[0.0], front[:, 0], [front[-1, 0]]])
-            ys = np.concatenate([[front[0, 1]], front[:, 1], [0.0]])
-            ax.step(xs, ys, where="pre", color=colour, linewidth=1.4, alpha=0.8, zorder=2)
-        for row, (u, p) in zip(means.itertuples(index=False), pts):
-            if row.epsilon == row.epsilon:
-                text = terminal_safe(f"ε={row.epsilon:g} [{row.unit}]" if row.unit else f"ε={row.epsilon:g}", 36)
-                ax.annotate(text, (u, p), xytext=(4, 4), textcoords="offset points", fontsize=7, color=colour,
-                            parse_math=False)
-    metrics = ", ".join(sorted({m for m in board.cells["metric"] if m})) or "primary metric"
-    ax.set_xlabel(terminal_safe(f"utility ({metrics})", 60), parse_math=False)
-    ax.set_ylabel("privacy (1 − retained attack advantage)")
-    ax.set_title(terminal_safe(f"{board.key.benchmark} · {board.key.profile} · {board.key.data_label}", 70),
-                 parse_math=False)
-    ax.set_xlim(-0.02, 1.02)
-    ax.set_ylim(-0.02, 1.02)
+            ax.plot(front[:, 0], front[:, 1], color=_style(i)[0], linewidth=1.6, alpha=0.9, zorder=2,
+                    gid=f"frontier-{i}")
+            frontiers.append({"id": f"frontier-{i}", "entry": standing.name, "points": front.tolist()})
+    for p in points:
+        _draw_point(ax, p)
+    return frontiers
+
+
+def _decorate(ax, board: Board, points: list[PlotPoint]) -> list:
+    """Adds axis labels, title, data mark and legend; returns the artists labels must keep clear of."""
+    ax.patch.set_gid("plot-area")
     ax.grid(alpha=0.3)
-    if board.standings:
-        legend = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-        for text in legend.get_texts():
-            text.set_parse_math(False)
-    fig.savefig(path, bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
+    metrics = ", ".join(sorted({m for m in board.cells["metric"] if m})) or "primary metric"
+    ax.set_xlabel(terminal_safe(f"utility ({metrics}), mean over seeds ± 95% CI", 80), parse_math=False)
+    ax.set_ylabel("privacy (1 − retained attack advantage) ± sd over seeds")
+    ax.set_title(terminal_safe(f"{board.key.benchmark} · {board.key.data_label}", 70), loc="left", pad=22,
+                 parse_math=False)
+    synthetic = board.key.synthetic
+    mark = ax.annotate(data_mark(board), xy=(0, 1), xycoords="axes fraction", xytext=(0, 5),
+                       textcoords="offset points", ha="left", va="bottom", fontsize=8,
+                       fontweight="bold" if synthetic else "normal",
+                       color=SYNTHETIC_COLOUR if synthetic else REAL_COLOUR, parse_math=False, gid="data-mark")
+    return [_legend(ax, board, points), mark]
+
+
+def _place_labels(ax, points: list[PlotPoint], frontiers: list[dict], obstacles: list):
+    renderer = ax.figure.canvas.get_renderer()
+    radius = renderer.points_to_pixels(MARKER_PT) / 2
+    markers = []
+    for p in points:
+        px, py = ax.transData.transform((p.x, p.y))
+        markers.append((px - radius, py - radius, px + radius, py + radius))
+    return place_labels(ax, _label_requests(points), obstacles=[_box(a, renderer) for a in obstacles],
+                        markers=markers, lines=_segments(ax, points, frontiers), marker_px=radius, fontsize=LABEL_PT)
+
+
+def _number(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _sidecar(board, ax, points, placed: list[PlacedLabel], dropped, omitted, frontiers, seeds, note) -> dict:
+    labels = {label.request.index: label for label in placed}
+    extent = data_range(points, seeds) or (None, None)
+    return {
+        "board": board.key.id, "benchmark": board.key.benchmark, "profile": board.key.profile,
+        "synthetic": bool(board.key.synthetic), "mark": data_mark(board), "note": note,
+        "xlim": [float(v) for v in ax.get_xlim()], "ylim": [float(v) for v in ax.get_ylim()],
+        "margin": MARGIN, "min_span": MIN_SPAN,
+        "data_range": {"x": extent[0], "y": extent[1]},
+        "points": [{
+            "id": f"point-{p.index}", "entry": p.entry, "configuration": p.configuration, "params": p.params,
+            "x": p.x, "y": p.y, "x_ci": _number(p.x_ci), "y_sd": _number(p.y_sd), "seeds": p.seeds,
+            "on_frontier": p.on_frontier, "label": f"label-{p.index}" if p.index in labels else None,
+        } for p in points],
+        "labels": [{"id": f"label-{index}", "point": f"point-{index}", "text": label.request.text,
+                    "box": _data_box(ax, label.box), "leader": label.leader}
+                   for index, label in sorted(labels.items())],
+        "dropped_labels": [{"point": f"point-{r.index}", "text": r.text} for r in dropped],
+        "frontiers": frontiers,
+        "seed_frontiers": [{"id": f"seed-frontier-{s.entry_index}-{s.seed}", "entry": s.entry, "seed": s.seed,
+                            "points": s.points.tolist()} for s in seeds],
+        "omitted": omitted,
+    }
+
+
+def frontier_plot(board: Board, path: Path, png: bool = True) -> dict[str, Any]:
+    """Writes a board's frontier plot: ``<stem>.svg``, ``<stem>.json`` and, with ``png``, ``<stem>.png``.
+
+    Args:
+        board: The board.
+        path: Where to write the SVG (any suffix is replaced); the sidecar and PNG sit beside it.
+        png: Whether to write the PNG too.
+
+    Returns:
+        The sidecar (see :func:`frontier_figure`).
+    """
+    path = Path(path)
+    fig, sidecar = frontier_figure(board)
+    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": f"privbench-{board.key.id}"}):
+        fig.savefig(path.with_suffix(".svg"), format="svg", bbox_inches="tight", metadata={"Date": None})
+    if png:
+        fig.savefig(path.with_suffix(".png"), format="png", bbox_inches="tight", metadata={"Software": None})
+    path.with_suffix(".json").write_text(json.dumps(sidecar, ensure_ascii=False, indent=1, allow_nan=False),
+                                         encoding="utf-8")
+    return sidecar

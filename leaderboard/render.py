@@ -25,11 +25,12 @@ from markupsafe import Markup
 
 from leaderboard.boards import Board, Leaderboard
 from leaderboard.exports import PROTOCOL_LINE, fmt, interval_text, render_markdown, write_csv
+from leaderboard.groups_view import mechanism_groups
 from leaderboard.plot import frontier_plot
 from leaderboard.protocol import settings_label
-from leaderboard.table import exploration_table, leaderboard_table, privacy_text, rank_label
+from leaderboard.table import exploration_table, leaderboard_table, privacy_text, rank_label, worst_group
 
-__all__ = ["build_site", "script_json", "slug"]
+__all__ = ["board_file_name", "build_site", "script_json", "slug"]
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = ("style.css", "table.js")
@@ -50,6 +51,11 @@ def slug(name: str, digest: int = 8) -> str:
     """
     stem = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40].strip("-") or "x"
     return f"{stem}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:digest]}"
+
+
+def board_file_name(board: Board) -> str:
+    """Returns the name whose :func:`slug` is the stem of a board's page and plot files."""
+    return f"{board.key.benchmark} {board.key.profile} {board.key.id}"
 
 
 class _Names:
@@ -147,6 +153,7 @@ def _standing_rows(board: Board, mech_names: _Names, root: str) -> list[dict[str
     for s in board.standings:
         e = s.estimate
         volumes = list(s.hypervolumes.values())
+        worst = worst_group(board.cells[board.cells["entry"] == s.name])
         rows.append({
             "rank": rank_label(s), "rank_sort": _sort_value(s.rank), "tied": s.tied, "entry": s.name,
             "mechanism": s.mechanism, "href": f"{root}mechanisms/{mech_names[s.mechanism]}.html",
@@ -155,7 +162,9 @@ def _standing_rows(board: Board, mech_names: _Names, root: str) -> list[dict[str
             "sd_sort": _sort_value(e.std if e else None),
             "range": f"{fmt(min(volumes))}–{fmt(max(volumes))}" if volumes else "–",
             "seeds": f"{len(s.complete_seeds)} of {len(s.declared_seeds)}", "seeds_sort": len(s.complete_seeds),
-            "configurations": s.configurations, "flagged": s.flagged, "status": s.status, "ranked": s.ranked,
+            "configurations": s.configurations, "flagged": s.flagged, "worst": fmt(worst.privacy),
+            "worst_sort": _sort_value(worst.privacy), "worst_group": worst.group, "worst_title": worst.title,
+            "status": s.status, "ranked": s.ranked,
             "tied_with": ", ".join(s.tied_with), "source": s.source, "suite": s.suite,
         })
     return rows
@@ -202,8 +211,10 @@ def _joined(values) -> str:
 def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[str, str | Path] | None = None) -> Path:
     """Writes the static leaderboard site.
 
-    Layout: ``index.html``; ``boards/<slug>.html`` with ``plots/<slug>.png``;
-    ``exploration.html``; ``mechanisms/<slug>.html`` with ``sheets/<slug>.<ext>``;
+    Layout: ``index.html``; ``boards/<slug>.html`` with ``plots/<slug>.svg`` (and
+    ``.png``, and ``.json``: the plot's data, see :func:`leaderboard.plot.frontier_plot`);
+    ``exploration.html``; ``mechanisms/<slug>.html`` with ``sheets/<slug>.<ext>`` (and
+    results by demographic group, see :mod:`leaderboard.groups_view`);
     ``static/``; ``leaderboard.md``, ``leaderboard.csv`` and ``exploration.csv``.
     Existing files are overwritten, nothing is deleted.
 
@@ -224,7 +235,7 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
     explore = exploration_table(leaderboard)
     mechanisms = sorted({s.mechanism for b in leaderboard.boards for s in b.standings} | set(explore["mechanism"]))
     mech_names = _Names(mechanisms)
-    board_names = _Names(f"{b.key.benchmark} {b.key.profile} {b.key.id}" for b in leaderboard.boards)
+    board_names = _Names(board_file_name(b) for b in leaderboard.boards)
     sheets = dict(sheets or {})
     for asset in STATIC:
         shutil.copyfile(TEMPLATES / asset, out / "static" / asset)
@@ -235,12 +246,13 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
 
     index_boards, board_links = [], {}
     for board in leaderboard.boards:
-        stem = board_names[f"{board.key.benchmark} {board.key.profile} {board.key.id}"]
+        stem = board_names[board_file_name(board)]
         board_links[board.key.id] = f"boards/{stem}.html"
-        frontier_plot(board, out / "plots" / f"{stem}.png")
+        plot = frontier_plot(board, out / "plots" / f"{stem}.svg")
         rows = _standing_rows(board, mech_names, "../")
         write(f"boards/{stem}.html", "board.html", "../", name=board.key.benchmark, identity=_identity(board),
-              plot=f"../plots/{stem}.png", rows=rows, cells=_board_cell_rows(board),
+              plot=f"../plots/{stem}.svg", plot_png=f"../plots/{stem}.png", plot_data=f"../plots/{stem}.json",
+              plot_mark=plot["mark"], plot_note=plot["note"], rows=rows, cells=_board_cell_rows(board),
               claim_types=sorted({r["claim_type"] for r in rows}),
               data={"board": _identity(board), "rows": table[table["board"] == board.key.id].to_dict(orient="records")})
         top = [{**row, "href": row["href"].removeprefix("../")} for row in _standing_rows(board, mech_names, "")
@@ -270,8 +282,10 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
                                      f"{row['settings']}", "status": f"exploration: {row['reason']}", "entry": "–",
                      "runs": 1}
                     for row in _exploration_rows(explore[explore["mechanism"] == mechanism])]
+        groups = mechanism_groups(leaderboard, mechanism, {**{k: f"../{v}" for k, v in board_links.items()},
+                                                           "exploration": "../exploration.html"})
         write(f"mechanisms/{stem}.html", "mechanism.html", "../", name=mechanism, claim_types=claims, sheet=sheet,
-              entries=entries, cells=board_cells + explored, n_cells=len(board_cells) + len(explored))
+              entries=entries, cells=board_cells + explored, n_cells=len(board_cells) + len(explored), groups=groups)
         index_mechanisms.append({"name": mechanism, "href": f"mechanisms/{stem}.html", "claim_types": claims,
                                  "boards": _joined(e["benchmark"] for e in entries)})
 

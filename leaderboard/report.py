@@ -10,12 +10,14 @@ benchmark, profile and data (synthetic or real) form one table, as on the boards
 from __future__ import annotations
 
 import math
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from bench.errors import BenchError
 from leaderboard.cells import cells_frame, claim_label
 from leaderboard.exports import csv_text, markdown_escape
 from leaderboard.protocol import settings_label
@@ -26,16 +28,26 @@ REPORT_COLUMNS = ["benchmark", "profile", "data", "settings", "mechanism", "conf
                   "utility_ci", "privacy", "privacy_sd", "flagged", "flag", "claim", "training_claim"]
 
 
-def report_table(rows: pd.DataFrame, benchmark: str | None = None) -> pd.DataFrame:
+def report_table(rows: pd.DataFrame, benchmark: str | None = None, columns: Sequence[str] = ()) -> pd.DataFrame:
     """Returns one row per configuration and benchmark (test-split cells only; tuning cells are left out).
 
     Args:
         rows: Result rows (``leaderboard.store.runs_frame`` / ``combine``).
         benchmark: Only this benchmark.
+        columns: Further metrics, each as mean ± 95% CI over seeds (one seed: the cell's
+            own ``<metric>_ci95`` where it logs one): ``utility.<metric>``,
+            ``attack.<attack>.<metric>`` or ``privacy.<attack>``.
+
+    Raises:
+        BenchError: A column of another form.
     """
     cells = cells_frame(rows)
     if len(cells) == 0:
-        return pd.DataFrame(columns=REPORT_COLUMNS)
+        return pd.DataFrame(columns=REPORT_COLUMNS + [c for name in columns for c in (name, f"{name}_ci")])
+    for name in columns:
+        values = [_lookup(row, name) for row in rows.to_dict("records")]
+        cells[name] = [v for v, _ in values]
+        cells[f"{name}_se"] = [h / 1.96 if h is not None else math.nan for _, h in values]
     cells = cells[cells["split"] == "test"]
     if benchmark is not None:
         cells = cells[cells["benchmark"] == benchmark]
@@ -48,7 +60,12 @@ def report_table(rows: pd.DataFrame, benchmark: str | None = None) -> pd.DataFra
         utility, half = _mean_ci(per_seed["utility"].to_numpy(float), per_seed["se"].to_numpy(float))
         privacy = per_seed["privacy"].dropna().to_numpy(float)
         method = training.split(":")[0] if training else ""
+        extra = {}
+        for name in columns:
+            seeds = group.groupby("seed").agg(value=(name, "mean"), se=(f"{name}_se", "mean"))
+            extra[name], extra[f"{name}_ci"] = _mean_ci(seeds["value"].to_numpy(float), seeds["se"].to_numpy(float))
         out.append({
+            **extra,
             "benchmark": bench_name, "profile": profile, "data": "synthetic" if synthetic else "real",
             "settings": settings_label(settings), "mechanism": mechanism, "configuration": " + ".join(x for x in (params, method) if x) or "defaults",
             "metric": group["metric"].iloc[0], "seeds": int(len(per_seed)), "utility": utility, "utility_ci": half,
@@ -59,7 +76,34 @@ def report_table(rows: pd.DataFrame, benchmark: str | None = None) -> pd.DataFra
             "claim": claim_label(*(float(group[c].iloc[0]) for c in ("epsilon", "delta")), str(group["unit"].iloc[0])),
             "training_claim": training.split(": ", 1)[1] if ": " in training else training,
         })
-    return pd.DataFrame(out, columns=REPORT_COLUMNS)
+    return pd.DataFrame(out, columns=REPORT_COLUMNS + [c for name in columns for c in (name, f"{name}_ci")])
+
+
+def parse_column(name: str) -> tuple[str, str, str]:
+    """Splits a report column into (``utility``/``attack``/``privacy``, attack or "", metric).
+
+    Raises:
+        BenchError: A column of another form.
+    """
+    kind, _, rest = name.partition(".")
+    if kind in ("utility", "privacy") and rest:
+        return kind, "", rest
+    if kind == "attack" and "." in rest:
+        attack, metric = rest.split(".", 1)
+        return kind, attack, metric
+    raise BenchError(f"--columns: {name!r} is not utility.METRIC, attack.ATTACK.METRIC or privacy.ATTACK")
+
+
+def _lookup(row: dict, name: str) -> tuple[float, float | None]:
+    """Returns a row's value of a report column and its logged 95% half-width."""
+    kind, attack, metric = parse_column(name)
+    if kind == "attack":
+        source = dict(dict(row.get("attacks") or {}).get(attack) or {})
+    else:
+        source = dict(row.get(kind) or {})
+    value = source.get(metric)
+    half = source.get(f"{metric}_ci95")
+    return (math.nan if value is None else float(value)), (float(half) if isinstance(half, (int, float)) else None)
 
 
 def _mean_ci(values: np.ndarray, errors: np.ndarray) -> tuple[float, float]:
@@ -83,9 +127,19 @@ def _privacy_text(row: Any) -> str:
     return text + (f" ({row.flagged} cell(s): {row.flag})" if row.flagged else "")
 
 
-def _cells(row: Any) -> tuple:
-    """One row's printed cells: mechanism, configuration, seeds, utility ± CI, privacy (sd), claims."""
-    return (row.mechanism, row.configuration, row.seeds, _pm(row.utility, row.utility_ci), _privacy_text(row),
+def _records(rows: pd.DataFrame) -> list[SimpleNamespace]:
+    return [SimpleNamespace(**record) for record in rows.to_dict("records")]
+
+
+def _extra_columns(table: pd.DataFrame) -> list[str]:
+    return [c for c in table.columns if c not in REPORT_COLUMNS and not c.endswith("_ci")]
+
+
+def _cells(row: Any, extra: Sequence[str] = ()) -> tuple:
+    """One row's printed cells: mechanism, configuration, seeds, utility ± CI, further columns, privacy (sd), claims."""
+    record = vars(row)
+    more = tuple(_pm(record[name], record[f"{name}_ci"]) for name in extra)
+    return (row.mechanism, row.configuration, row.seeds, _pm(row.utility, row.utility_ci), *more, _privacy_text(row),
             row.claim or "none", row.training_claim or "–")
 
 
@@ -100,13 +154,15 @@ def to_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return "No finished test-split cells.\n"
     lines = []
+    extra = _extra_columns(table)
     for title, rows in _sections(table):
         metric = rows["metric"].iloc[0]
-        lines += [f"### {markdown_escape(title)}", "",
-                  f"| Mechanism | Configuration | Seeds | {markdown_escape(metric)} (95% CI) | Privacy (sd) | Claim | Training claim |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in rows.itertuples(index=False):
-            lines.append("| " + " | ".join(markdown_escape(x) for x in _cells(r)) + " |")
+        heads = ["Mechanism", "Configuration", "Seeds", f"{metric} (95% CI)", *(f"{c} (95% CI)" for c in extra),
+                 "Privacy (sd)", "Claim", "Training claim"]
+        lines += [f"### {markdown_escape(title)}", "", "| " + " | ".join(markdown_escape(h) for h in heads) + " |",
+                  "|" + "---|" * len(heads)]
+        for r in _records(rows):
+            lines.append("| " + " | ".join(markdown_escape(x) for x in _cells(r, extra)) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -126,13 +182,15 @@ def to_latex(table: pd.DataFrame) -> str:
     if table.empty:
         return "% No finished test-split cells.\n"
     lines = []
+    extra = _extra_columns(table)
     for title, rows in _sections(table):
         metric = rows["metric"].iloc[0]
-        lines += [f"% {latex_escape(title)}", r"\begin{tabular}{llrllll}", r"\toprule",
-                  f"Mechanism & Configuration & Seeds & {latex_escape(metric)} (95\\% CI) & Privacy (sd) & Claim & "
-                  r"Training claim \\", r"\midrule"]
-        for r in rows.itertuples(index=False):
-            lines.append(" & ".join(latex_escape(c) for c in _cells(r)) + r" \\")
+        heads = ["Mechanism", "Configuration", "Seeds", f"{metric} (95% CI)", *(f"{c} (95% CI)" for c in extra),
+                 "Privacy (sd)", "Claim", "Training claim"]
+        lines += [f"% {latex_escape(title)}", r"\begin{tabular}{llr" + "l" * (len(heads) - 3) + "}", r"\toprule",
+                  " & ".join(latex_escape(h) for h in heads) + r" \\", r"\midrule"]
+        for r in _records(rows):
+            lines.append(" & ".join(latex_escape(c) for c in _cells(r, extra)) + r" \\")
         lines += [r"\bottomrule", r"\end{tabular}", ""]
     return "\n".join(lines)
 

@@ -3,29 +3,32 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from leaderboard.boards import Board, Leaderboard, Standing
-from leaderboard.cells import params_label
+from leaderboard.cells import most_common, params_label
 from leaderboard.protocol import settings_label
 
 __all__ = [
     "BOARD_CELL_COLUMNS",
     "EXPLORATION_COLUMNS",
     "TABLE_COLUMNS",
+    "WorstGroup",
     "board_cells_table",
     "exploration_table",
     "leaderboard_table",
     "privacy_text",
     "rank_label",
+    "worst_group",
 ]
 
 TABLE_COLUMNS = [
     "board", "benchmark", "profile", "data", "settings", "rank", "tied", "entry", "mechanism", "claim_type",
     "hv_mean", "hv_low", "hv_high", "hv_std", "hv_min", "hv_max", "seeds", "declared_seeds", "configurations",
-    "cells", "runs", "flagged", "status", "tied_with", "suite", "source",
+    "cells", "runs", "flagged", "worst_group_privacy", "worst_group", "status", "tied_with", "suite", "source",
 ]
 
 BOARD_CELL_COLUMNS = [
@@ -53,6 +56,53 @@ def privacy_text(value: float, flag: str, digits: int = 4) -> str:
     return f"{value:.{digits}f}"
 
 
+@dataclass(frozen=True)
+class WorstGroup:
+    """An entry's worst-group privacy on a board.
+
+    Attributes:
+        privacy: Mean over the entry's cells of their worst group's privacy (NaN when no
+            cell has one).
+        group: The group most often worst (``attribute=value``; "" without any).
+        times: In how many cells ``group`` is the worst.
+        cells: How many cells have a worst group (the mean's count).
+        total: The entry's cells on the board.
+    """
+
+    privacy: float
+    group: str
+    times: int
+    cells: int
+    total: int
+
+    @property
+    def title(self) -> str:
+        """A one-line explanation: ``worst: age_group=young in 5 of 9 cells; mean over 9 of 9 cells``."""
+        if not self.cells:
+            return f"no cell of {self.total} has results by group"
+        return (f"worst: {self.group} in {self.times} of {self.cells} cells; "
+                f"mean over {self.cells} of {self.total} cells")
+
+
+def worst_group(cells: pd.DataFrame) -> WorstGroup:
+    """Summarises the worst-group privacy of one entry's (test-split) cells.
+
+    Cells without a worst group (no results by group, or no defined privacy in any group)
+    are left out of the mean.
+
+    Args:
+        cells: The entry's rows of ``Board.cells``.
+    """
+    if "worst_group_privacy" not in cells:
+        return WorstGroup(math.nan, "", 0, 0, len(cells))
+    defined = cells[cells["worst_group_privacy"].notna()]
+    if defined.empty:
+        return WorstGroup(math.nan, "", 0, 0, len(cells))
+    group, times = most_common(defined["worst_group"])
+    return WorstGroup(float(defined["worst_group_privacy"].astype(float).mean()), group, times, len(defined),
+                      len(cells))
+
+
 def _identity(board: Board) -> dict[str, Any]:
     key = board.key
     return {"board": key.id, "benchmark": key.benchmark, "profile": key.profile, "data": key.data_label,
@@ -62,6 +112,7 @@ def _identity(board: Board) -> dict[str, Any]:
 def _standing_row(board: Board, s: Standing) -> dict[str, Any]:
     e = s.estimate
     volumes = list(s.hypervolumes.values())
+    worst = worst_group(board.cells[board.cells["entry"] == s.name])
     return {
         **_identity(board),
         "rank": s.rank, "tied": s.tied, "entry": s.name, "mechanism": s.mechanism, "claim_type": s.claim_type,
@@ -69,7 +120,8 @@ def _standing_row(board: Board, s: Standing) -> dict[str, Any]:
         "hv_std": e.std if e else math.nan, "hv_min": min(volumes) if volumes else math.nan,
         "hv_max": max(volumes) if volumes else math.nan, "seeds": len(s.complete_seeds),
         "declared_seeds": ",".join(map(str, s.declared_seeds)), "configurations": s.configurations, "cells": s.cells,
-        "runs": s.runs, "flagged": s.flagged, "status": s.status, "tied_with": ", ".join(s.tied_with),
+        "runs": s.runs, "flagged": s.flagged, "worst_group_privacy": worst.privacy, "worst_group": worst.group,
+        "status": s.status, "tied_with": ", ".join(s.tied_with),
         "suite": s.suite, "source": s.source,
     }
 
@@ -81,8 +133,10 @@ def leaderboard_table(leaderboard: Leaderboard) -> pd.DataFrame:
     ``profile``, ``data``, ``settings``), the entry's ``rank`` (<NA> when unranked),
     ``tied`` (shares its rank), the mean hypervolume over complete seeds with its 95%
     interval (``hv_low``, ``hv_high``) and seed spread (``hv_std``, ``hv_min``,
-    ``hv_max``), counts, ``flagged`` cells (privacy undefined), ``status`` (``ranked``
-    or why not) and ``tied_with`` (entries it is not separated from).
+    ``hv_max``), counts, ``flagged`` cells (privacy undefined), the mean over its cells
+    of their worst group's privacy (``worst_group_privacy``, NaN without results by
+    group) with the group most often worst (``worst_group``; see :func:`worst_group`),
+    ``status`` (``ranked`` or why not) and ``tied_with`` (entries it is not separated from).
     """
     rows = [_standing_row(board, s) for board in leaderboard.boards for s in board.standings]
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)

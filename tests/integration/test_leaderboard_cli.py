@@ -153,7 +153,7 @@ def test_build_writes_site_markdown_and_csv(capsys, board):
     assert len(list((site / "mechanisms").glob("*.html"))) == 4
     assert list((site / "sheets").glob("*.png")), "no sample sheet copied from the runs"
     markdown = (site / "leaderboard.md").read_text()
-    assert f"## fewshot\\_synth\\_faces · profile smoke · synthetic data (fp-synth)" in markdown
+    assert "## fewshot\\_synth\\_faces · profile smoke · synthetic data (fp-synth)" in markdown
     assert "| 1 | lbsuite/pixelate | pixelate |" in markdown and "<script>" not in markdown
     csv = (site / "leaderboard.csv").read_text()
     header = csv.splitlines()[0].split(",")
@@ -221,3 +221,39 @@ def test_serve_answers_on_loopback(board):
         except subprocess.TimeoutExpired:
             proc.kill()
     assert proc.returncode == 0
+
+
+def report_argv(board, *argv: str) -> list[str]:
+    return ["report", "--results-dir", str(board["results"]), "--entries", str(board["entries"]), "--suite",
+            str(board["suite"]), *argv]
+
+
+def test_report_plot_writes_the_site_plots(capsys, board, tmp_path):
+    plots = tmp_path / "report" / "plots"
+    assert main(report_argv(board, "--plot", str(plots))) == 0
+    captured = capsys.readouterr()
+    assert "| pixelate | block=4 | 3 |" in captured.out
+    svgs = sorted(plots.glob("*.svg"))
+    assert len(svgs) == 1
+    assert {p.name for p in plots.iterdir()} == {svgs[0].name, svgs[0].with_suffix(".json").name}
+    assert f"[bench] plot: {svgs[0]}" in captured.err
+    site = tmp_path / "site"
+    assert main(lb(board, "build", "--out", str(site))) == 0
+    capsys.readouterr()
+    assert [p.name for p in (site / "plots").glob("*.svg")] == [svgs[0].name]
+    sidecar = json.loads(svgs[0].with_suffix(".json").read_text(encoding="utf-8"))
+    assert sidecar == json.loads((site / "plots" / svgs[0].with_suffix(".json").name).read_text(encoding="utf-8"))
+    assert {p["entry"] for p in sidecar["points"]} == {"lbsuite/pixelate", "lbsuite/blur", "team <b>"}
+    assert sidecar["mark"] == "SYNTHETIC DATA · profile smoke" and all(p["x_ci"] for p in sidecar["points"])
+    svg = svgs[0].read_text(encoding="utf-8")
+    assert "<script" not in svg and 'id="point-0"' in svg and 'id="xerr-0"' in svg
+
+
+def test_report_plot_into_a_file_is_one_line_before_any_work(capsys, tmp_path):
+    a_file = tmp_path / "plots.txt"
+    a_file.write_text("not a folder")
+    for target in (a_file, a_file / "sub"):
+        assert main(["report", "--results-dir", str(tmp_path / "none"), "--plot", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert f"--plot {target}: {a_file} is a file, not a folder" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "none").exists()

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import functools
 import http.server
+import itertools
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pandas as pd
 import pytest
@@ -34,6 +36,8 @@ CHROMIUM_ARGS = [
 XSS = "<script>alert(1)</script>"
 XSS_ATTR = '"><img src=x onerror=alert(2)>'
 UNIT = "m-pixel (m=1)"
+WORST = {"dp_pix": 0.2, "blur": 0.6, XSS: 0.4}
+"""Worst-group privacy of each mechanism's cells (plus 0.01 per level); the fourth has no results by group."""
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="the playwright Python package is not installed (pip install playwright)"
@@ -70,12 +74,21 @@ def synthetic_leaderboard():
                         "claim": None if unit is None else {"epsilon": 8.0 / (level + 1), "delta": 0.0, "unit": unit},
                         "synthetic": False, "dataset_fingerprint": f"fp-{task}", "eval_split": "test",
                         "cell_key": key, "source": source, "run_id": f"run-{task}-{seed}-{level}",
+                        "groups": _groups(WORST[mechanism] + 0.01 * level) if mechanism in WORST else {},
                     })
     declarations = [Declaration("team <x>" if m == "blur" else m, "entry:team <x>" if m == "blur" else "local", m,
                                 "standard", "quick", (0, 1, 2), cells) for m, cells in declared.items()]
     extra = dict(rows[0], cell_key="trial", eval_split="val", run_id="trial-run", privacy_score=None)
     rows += [extra, dict(rows[0], cell_key="adhoc", params={"level": 7}, run_id="adhoc-run")]
     return build_leaderboard(pd.DataFrame(rows), declarations)
+
+
+def _groups(privacy: float) -> dict:
+    table = {"gender": {"<b>f</b>": {"n": 40, "top1": 0.3, "top1_ci95": 0.1, "clean": 0.5, "clean_ci95": 0.1,
+                                     "chance": 0.1, "privacy": privacy},
+                        "male": {"n": 9, "flag": "group too small"}}}
+    return {"min_size": 20, "attacks": {"face_reid": {"metric": "top1", "table": table, "gaps": {}}},
+            "worst_privacy": {"privacy": privacy, "group": "gender=<b>f</b>", "attack": "face_reid"}}
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -255,3 +268,89 @@ def test_exploration_page_lists_unranked_cells(page, site):
     rows = _visible_rows(page, "exploration")
     assert sorted(row[10] for row in rows) == ["not a declared configuration", "tuning cell (validation split)"]
     assert {row[9] for row in rows} == {"attack too weak", "0.3000"}
+
+
+def _rects(page, selector: str) -> dict[str, list[float]]:
+    return page.evaluate(
+        """sel => Object.fromEntries(Array.from(document.querySelectorAll(sel)).map(e => {
+            const r = e.getBoundingClientRect(); return [e.id, [r.left, r.top, r.right, r.bottom]]; }))""",
+        selector,
+    )
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def test_frontier_svg_fits_the_data_and_its_labels_do_not_overlap(page, site):
+    page.goto(f"{site['url']}/index.html")
+    page.get_by_role("link", name="fewshot_celeba", exact=True).click()
+    page.wait_for_selector("#board")
+    assert _image_loaded(page, "#frontier-plot") > 0
+    src = page.locator("#frontier-plot").get_attribute("src")
+    assert src.startswith("../plots/") and src.endswith(".svg")
+    sidecar = page.request.get(urljoin(page.url, page.locator("figure.plot a", has_text="Plot data")
+                                       .get_attribute("href"))).json()
+    assert sidecar["benchmark"] == "fewshot_celeba" and sidecar["mark"] == "real data · profile quick"
+
+    (x_lo, x_hi), (y_lo, y_hi) = sidecar["data_range"]["x"], sidecar["data_range"]["y"]
+    for (low, high), (data_lo, data_hi) in ((sidecar["xlim"], (x_lo, x_hi)), (sidecar["ylim"], (y_lo, y_hi))):
+        room = sidecar["margin"] * max(data_hi - data_lo, sidecar["min_span"]) + 1e-9
+        assert data_lo - room <= low < data_lo and data_hi < high <= data_hi + room
+    assert len(sidecar["points"]) == 4 * 3
+    for p in sidecar["points"]:
+        assert sidecar["xlim"][0] < p["x"] - p["x_ci"] and p["x"] + p["x_ci"] < sidecar["xlim"][1], p["id"]
+        assert sidecar["ylim"][0] < p["y"] < sidecar["ylim"][1], p["id"]
+    claimed = {p["id"] for p in sidecar["points"] if p["entry"] in ("dp_pix", XSS)}
+    assert {label["point"] for label in sidecar["labels"]} | {d["point"] for d in sidecar["dropped_labels"]} == claimed
+    assert {label["text"] for label in sidecar["labels"]} <= {f"ε={8 / (level + 1):.4g} [{unit}]"
+                                                              for level in range(3) for unit in (UNIT, "<b>image</b>")}
+
+    page.goto(urljoin(page.url, src))
+    svg = page.locator("svg").first.bounding_box()
+    area = _rects(page, "#plot-area")["plot-area"]
+    points = _rects(page, '[id^="point-"]')
+    assert set(points) == {p["id"] for p in sidecar["points"]}
+    for gid, (left, top, right, bottom) in points.items():
+        assert area[0] <= (left + right) / 2 <= area[2] and area[1] <= (top + bottom) / 2 <= area[3], gid
+    labels = _rects(page, '[id^="label-"]')
+    assert set(labels) == {label["id"] for label in sidecar["labels"]} and labels
+    for gid, box in labels.items():
+        assert svg["x"] <= box[0] and box[2] <= svg["x"] + svg["width"], gid
+        assert svg["y"] <= box[1] and box[3] <= svg["y"] + svg["height"], gid
+        assert area[0] <= box[0] and box[2] <= area[2] and area[1] <= box[1] and box[3] <= area[3], gid
+    for (a, box_a), (b, box_b) in itertools.combinations(labels.items(), 2):
+        assert not _overlap(box_a, box_b), (a, b)
+    legend = _rects(page, "#legend")["legend"]
+    assert not any(_overlap(box, legend) for box in labels.values())
+    bars = _rects(page, '[id^="xerr-"]')
+    assert set(bars) == {p["id"].replace("point-", "xerr-") for p in sidecar["points"] if p["x_ci"]}
+    assert len(bars) == 12 and all(right - left > 0 for left, _, right, _ in bars.values())
+    assert page.locator("#data-mark").count() == 1 and page.locator('[id^="frontier-"]').count() == 4
+
+
+def test_board_sorts_by_worst_group_privacy(page, site):
+    page.goto(f"{site['url']}/index.html")
+    page.get_by_role("link", name="fewshot_celeba", exact=True).click()
+    page.wait_for_selector("#board")
+    header = page.locator("#board thead th", has_text="Worst-group privacy").first
+    index = header.evaluate("th => Array.from(th.parentNode.cells).indexOf(th)")
+    header.click()
+    assert header.get_attribute("aria-sort") == "ascending"
+    rows = _visible_rows(page, "board")
+    assert [row[1] for row in rows] == ["dp_pix", XSS, "team <x>", XSS_ATTR]
+    assert [row[index] for row in rows] == [f"{v:.3f} gender=<b>f</b>" for v in (0.21, 0.41, 0.61)] + ["–"]
+    title = page.locator("#board tbody tr").first.locator("td").nth(index).get_attribute("title")
+    assert title == "worst: gender=<b>f</b> in 9 of 9 cells; mean over 9 of 9 cells"
+    header.click()
+    assert header.get_attribute("aria-sort") == "descending"
+    assert [row[1] for row in _visible_rows(page, "board")] == ["team <x>", XSS, "dp_pix", XSS_ATTR]  # none: last
+    values = [float(v) for v in _column(page, "board", index)[:3]]
+    assert values == sorted(values, reverse=True)
+
+    page.locator("#board a", has_text="dp_pix").first.click()
+    page.wait_for_selector("section.groups")
+    assert page.locator("table.groups").count() == 2 * 3
+    row = page.locator("table.groups").first.locator("tbody tr").nth(1).locator("td").all_inner_texts()
+    assert row == ["gender", "male", "9", "group too small"]
+    assert page.locator("table.groups caption").first.inner_text().startswith("dp_pix · level=0, tag=</script><!--")

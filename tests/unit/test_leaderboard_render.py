@@ -252,7 +252,7 @@ def test_exports_hold_no_raw_names_or_control_bytes(site):
     assert md.count("\n## ") == 2
     for line in md.splitlines():
         if line.startswith("| ") and "Rank" not in line:
-            assert len(re.findall(r"(?<!\\)\|", line)) == 12, line
+            assert len(re.findall(r"(?<!\\)\|", line)) == 13, line
 
 
 def test_write_csv_escapes_every_text_cell():
@@ -272,3 +272,112 @@ def test_terminal_shows_ties_flags_and_escaped_names():
     assert lines[3].split()[:2] == ["1", "(tied)"]
     assert "tied: dp_pix is not separated from \\u001b[2Jevil" in text
     assert exploration_table(leaderboard).empty
+
+
+GROUP = "<b>x</b>"
+
+
+def cell_groups(seed, level, privacy):
+    """``Result.groups`` of one cell: a too-small group, an escaped name, a flag in seed 2 of level 1."""
+    weak = seed == 2 and level == 1
+    return {
+        "min_size": 20,
+        "utility": {"metric": "acc", "note": "5-way 5-shot <i>within</i> each group", "table": {
+            "gender": {GROUP: {"n": 100, "acc": 0.57 + 0.01 * seed, "acc_ci95": 0.014, "acc_clean": 0.6},
+                       "male": {"n": 100, "acc": 0.42, "acc_ci95": 0.02, "acc_clean": 0.6}},
+            "age_group": {"young": {"n": 7, "classes": 3, "flag": "group too small"}}}, "gaps": {}},
+        "attacks": {"face_reid": {"metric": "top1", "gaps": {}, "table": {"gender": {
+            GROUP: {"n": 35, "top1": 0.26, "top1_ci95": 0.15, "clean": 0.43, "clean_ci95": 0.1, "chance": 0.1,
+                    "privacy": None if weak else privacy, **({"flag": "attack too weak"} if weak else {})},
+            "male": {"n": 35, "top1": 0.2, "top1_ci95": 0.1, "clean": 0.43, "clean_ci95": 0.1, "chance": 0.1,
+                     "privacy": 0.9}}}}},
+        "worst_privacy": {"privacy": privacy, "group": f"gender={GROUP}" if level else "gender=male",
+                          "attack": "face_reid"},
+    }
+
+
+@pytest.fixture(scope="module")
+def group_site(tmp_path_factory):
+    """dp_pix with results by group (cell level 2, seed 2 without: results written before them); blur without."""
+    rows, declaration = entry("bench_g", "dp_pix")
+    for r in rows:
+        level, seed = r["params"]["level"], r["seed"]
+        r["groups"] = {} if (level, seed) == (2, 2) else cell_groups(seed, level, 0.3 + 0.1 * level)
+    rows[0]["groups"] = json.dumps(rows[0]["groups"])
+    leaderboard = board_of((rows, declaration), entry("bench_g", "blur", -0.2))
+    root = tmp_path_factory.mktemp("groups")
+    build_site(leaderboard, root)
+    return {"root": root, "leaderboard": leaderboard}
+
+
+def test_cells_frame_carries_groups_and_the_worst_group():
+    rows, _ = entry("b", "m")
+    rows[0]["groups"] = json.dumps(cell_groups(0, 1, 0.25))
+    rows[1]["groups"] = {}
+    cells = cells_frame(pd.DataFrame(rows[:3]))
+    assert cells.iloc[0]["worst_group_privacy"] == 0.25 and cells.iloc[0]["worst_group"] == f"gender={GROUP}"
+    assert cells.iloc[0]["groups"]["min_size"] == 20
+    for i in (1, 2):  # empty, and a result written before the field existed (NaN in the frame)
+        assert cells.iloc[i]["groups"] == {} and math.isnan(cells.iloc[i]["worst_group_privacy"])
+        assert cells.iloc[i]["worst_group"] == ""
+
+
+def test_board_table_has_the_worst_group_privacy(group_site):
+    table = leaderboard_table(group_site["leaderboard"]).set_index("entry")
+    # 8 of 9 cells have a worst group: levels 0 and 1 in 3 seeds, level 2 in 2.
+    expected = (3 * 0.3 + 3 * 0.4 + 2 * 0.5) / 8
+    assert table.loc["dp_pix", "worst_group_privacy"] == pytest.approx(expected)
+    assert table.loc["dp_pix", "worst_group"] == f"gender={GROUP}"
+    assert math.isnan(table.loc["blur", "worst_group_privacy"]) and table.loc["blur", "worst_group"] == ""
+    html = next((group_site["root"] / "boards").glob("*.html")).read_text(encoding="utf-8")
+    assert ">Worst-group privacy</button></th>" in html
+    cells = re.findall(r'<td class="worst" data-sort="([^"]*)" title="([^"]*)">(.*?)</td>', html)
+    assert [(float(v) if v else None) for v, _, _ in cells] == [pytest.approx(expected), None]
+    assert cells[0][1] == "worst: gender=&lt;b&gt;x&lt;/b&gt; in 5 of 8 cells; mean over 8 of 9 cells"
+    shown = f"{table.loc['dp_pix', 'worst_group_privacy']:.3f}"  # 0.3875 in floating point
+    assert cells[0][2] == f'{shown} <span class="group">gender=&lt;b&gt;x&lt;/b&gt;</span>' and cells[1][2] == "–"
+    csv_table = pd.read_csv(group_site["root"] / "leaderboard.csv", keep_default_na=False).set_index("entry")
+    assert float(csv_table.loc["dp_pix", "worst_group_privacy"]) == pytest.approx(expected, abs=1e-6)
+    assert csv_table.loc["blur", "worst_group_privacy"] == ""
+    md = (group_site["root"] / "leaderboard.md").read_text(encoding="utf-8")
+    assert f"| {shown} (gender=&lt;b&gt;x&lt;/b&gt;) | ranked |" in md and "| 0 | – | ranked |" in md
+
+
+def test_mechanism_page_shows_results_by_group(group_site):
+    root = group_site["root"]
+    page = next((root / "mechanisms").glob("dp-pix-*.html")).read_text(encoding="utf-8")
+    assert GROUP not in page and "<i>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    section = page[page.index('<section class="groups"'):page.index("</section>")]
+    tables = re.findall(r'<table class="groups">(.*?)</table>\s*<ul class="gaps">(.*?)</ul>', section, re.S)
+    assert len(tables) == 3
+    level1, level2 = tables[1], tables[2]
+    caption = re.search(r"<caption>(.*?)</caption>", level1[0], re.S).group(1)
+    assert "dp_pix · level=1</span>: mean over 3 seeds (0, 1, 2)" in caption
+    assert "under 20 targets; utility: 5-way 5-shot &lt;i&gt;within&lt;/i&gt; each group" in caption
+    assert "mean over 2 seeds (0, 1), the 2 of 3 with results by group" in tables[2][0]
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", tr) for tr in re.findall(r"<tr>(.*?)</tr>", level1[0], re.S)[1:]]
+    assert rows[0][:4] == ["gender", "&lt;b&gt;x&lt;/b&gt;", "100/35", "0.5800 ± 0.0140"]  # mean over seeds
+    assert rows[0][5] == "0.2600 ± 0.1500 / undefined (attack too weak in 1 of 3 seeds)"
+    assert rows[1][5] == "0.2000 ± 0.1000 / 0.9000"
+    assert rows[2][:4] == ["age_group", "young", "7", "group too small"]
+    assert '<td class="flag">group too small</td>' in level1[0]
+    gaps = re.findall(r"<li>(.*?)</li>", level1[1])
+    assert "largest utility gap in gender: acc 0.1600 ± 0.0244 (&lt;b&gt;x&lt;/b&gt; − male)" in gaps
+    assert "worst group&#39;s privacy: 0.9000 (gender=male, face_reid)" in gaps
+    level2_rows = re.findall(r"<td[^>]*>(.*?)</td>", level2[0])
+    assert "0.5750 ± 0.0140" in level2_rows and "0.2600 ± 0.1500 / 0.5000" in level2_rows
+    blur = next((root / "mechanisms").glob("blur-*.html")).read_text(encoding="utf-8")
+    assert 'class="groups"' not in blur
+
+
+def test_exploration_cells_show_their_groups_on_the_mechanism_page(tmp_path):
+    from leaderboard.boards import build_leaderboard
+
+    cell = row("fewshot_synth_faces", "dp_pix", 1, 0, 0.7, 0.4, cell_key="adhoc", run_id="adhoc-run")
+    cell["groups"] = cell_groups(0, 1, 0.3)
+    build_site(build_leaderboard(pd.DataFrame([cell]), []), tmp_path)
+    page = next((tmp_path / "mechanisms").glob("dp-pix-*.html")).read_text(encoding="utf-8")
+    section = page[page.index('<section class="groups"'):page.index("</section>")]
+    assert "exploration cells (on no board)" in section and 'href="../exploration.html"' in section
+    assert "fewshot_synth_faces · smoke · synthetic data · test split" in section
+    assert "0.5700 ± 0.0140" in section
