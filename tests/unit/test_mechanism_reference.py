@@ -309,9 +309,9 @@ def face_boxes() -> list[torch.Tensor]:
     return [torch.tensor(b, dtype=torch.float32).reshape(-1, 4) for b in FACE_BOXES]
 
 
-def ref_face_blur(img: np.ndarray, boxes: torch.Tensor) -> np.ndarray:
-    """The authors' released blurring code, with the paper's (Euclidean) diagonal."""
-    return authors_face_blur(img, boxes.tolist())
+def ref_face_blur(img: np.ndarray, boxes: torch.Tensor, measure: str = "diagonal") -> np.ndarray:
+    """The authors' released blurring code, with the paper's diagonal or the code's longer side."""
+    return authors_face_blur(img, boxes.tolist(), measure)
 
 
 def ref_face_overlay(img: np.ndarray, boxes: torch.Tensor, colour) -> np.ndarray:
@@ -325,13 +325,23 @@ def ref_face_overlay(img: np.ndarray, boxes: torch.Tensor, colour) -> np.ndarray
 
 
 @pytest.mark.parametrize("channels", [3, 1])
-def test_face_blur_matches_released_code(channels):
+@pytest.mark.parametrize("measure", ["diagonal", "longer_side"])
+def test_face_blur_matches_released_code(channels, measure):
     x = photo_like_batch(4, 36, 30, seed=5)[:, :channels].contiguous()
     boxes = face_boxes()
-    out = make("face_blur").apply(x, generator=streams(4), boxes=boxes)
+    out = make("face_blur", measure=measure).apply(x, generator=streams(4), boxes=boxes)
     for i in range(4):
-        assert_close_to_reference(out[i], ref_face_blur(hwc(x[i]), boxes[i]))
+        assert_close_to_reference(out[i], ref_face_blur(hwc(x[i]), boxes[i], measure))
     assert torch.equal(out[2], x[2])
+
+
+def test_the_released_codes_longer_side_blurs_less_than_the_diagonal():
+    x = photo_like_batch(1, 40, 40, seed=2)
+    boxes = [torch.tensor([[10.0, 8.0, 22.0, 30.0]])]
+    diagonal = make("face_blur").apply(x, generator=streams(1), boxes=boxes)
+    longer = make("face_blur", measure="longer_side").apply(x, generator=streams(1), boxes=boxes)
+    assert not torch.equal(diagonal, longer)
+    assert (longer.float() - x.float()).abs().sum() < (diagonal.float() - x.float()).abs().sum()
 
 
 def test_face_blur_on_a_real_photo():
