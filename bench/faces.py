@@ -80,19 +80,34 @@ def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(union > 0, inter / union.clamp(min=1e-12), torch.zeros_like(inter))
 
 
-def _matched(pred: torch.Tensor, truth: torch.Tensor, iou: float) -> int:
+def _matched(pred: torch.Tensor, truth: torch.Tensor, iou: float) -> torch.Tensor:
+    """Returns, per true box, whether a predicted box matches it (one-to-one, greedy by IoU)."""
+    hit = torch.zeros(len(truth), dtype=torch.bool)
     if not len(pred) or not len(truth):
-        return 0
+        return hit
     overlap = box_iou(truth, pred)
-    hits = 0
     while True:
         best = overlap.max()
         if best < iou:
-            return hits
+            return hit
         t, p = divmod(int(overlap.argmax()), overlap.shape[1])
-        hits += 1
+        hit[t] = True
         overlap[t, :] = -1
         overlap[:, p] = -1
+
+
+def face_hits(pred: list[torch.Tensor], truth: list[torch.Tensor], iou: float = 0.5) -> torch.Tensor:
+    """Returns, for every true box (image by image, in order), whether a predicted box matches it.
+
+    Matching is one-to-one and greedy by IoU within each image; a hit needs IoU >= ``iou``.
+
+    Raises:
+        ValueError: Lists of different lengths.
+    """
+    if len(pred) != len(truth):
+        raise ValueError(f"{len(pred)} predicted and {len(truth)} true box lists")
+    flags = [_matched(p.reshape(-1, 4), t.reshape(-1, 4), iou) for p, t in zip(pred, truth)]
+    return torch.cat(flags) if flags else torch.zeros(0, dtype=torch.bool)
 
 
 def detector_recall(pred: list[torch.Tensor], truth: list[torch.Tensor], iou: float = 0.5) -> float:
@@ -111,10 +126,5 @@ def detector_recall(pred: list[torch.Tensor], truth: list[torch.Tensor], iou: fl
     Raises:
         ValueError: Lists of different lengths.
     """
-    if len(pred) != len(truth):
-        raise ValueError(f"{len(pred)} predicted and {len(truth)} true box lists")
-    total = sum(len(t) for t in truth)
-    if total == 0:
-        return math.nan
-    hits = sum(_matched(p.reshape(-1, 4), t.reshape(-1, 4), iou) for p, t in zip(pred, truth))
-    return hits / total
+    hits = face_hits(pred, truth, iou)
+    return float(hits.float().mean()) if len(hits) else math.nan

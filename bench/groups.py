@@ -139,8 +139,8 @@ def largest_gaps(table: Mapping[str, Mapping[str, Mapping[str, Any]]], metric: s
         shown = {v: r for v, r in members.items() if r.get(metric) is not None and math.isfinite(r[metric])}
         if len(shown) < 2:
             continue
-        high = max(shown, key=lambda v: shown[v][metric])
-        low = min(shown, key=lambda v: shown[v][metric])
+        ordered = sorted(shown, key=lambda v: shown[v][metric])
+        low, high = ordered[0], ordered[-1]
         halves = [shown[v].get(f"{metric}_ci95") for v in (high, low)]
         half = math.sqrt(sum(h * h for h in halves)) if all(h is not None for h in halves) else None
         out[attr] = {"metric": metric, "gap": shown[high][metric] - shown[low][metric], "ci95": half,

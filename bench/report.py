@@ -5,7 +5,8 @@ from __future__ import annotations
 from bench.interfaces import Result
 
 
-COUNTS = ("n_", "steps", "trials", "episodes", "members", "nonmembers", "identities", "probes", "queries")
+COUNTS = ("n_", "steps", "trials", "episodes", "members", "nonmembers", "identities", "probes", "queries", "faces",
+          "images")
 """Metric names (their last part) that are counts, printed as integers."""
 
 
