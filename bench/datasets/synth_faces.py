@@ -474,6 +474,30 @@ _UNIFORMS = ("grad_dir", "glasses", "occluder")
 _CLUTTER = 4
 
 
+def render_heads(params: dict[str, torch.Tensor], size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Renders heads (hair, neck, ears, face) without backdrop, clothes or camera: sprites for scenes.
+
+    Args:
+        params: Identity and nuisance parameters of B faces (as :func:`generate` gathers them
+            from :func:`sample_identities` and :func:`sample_nuisances`); ``tx``, ``ty`` and
+            ``scale`` place the face on the size x size canvas as in :func:`face_boxes`.
+            Occluders are painted but not part of the coverage: turn them off (``occluder`` 0).
+        size: Canvas side in pixels.
+
+    Returns:
+        Premultiplied colour [B, 3, size, size] in [0, 1] and coverage [B, 1, size, size]:
+        composite with ``under * (1 - coverage) + colour``.
+    """
+    with torch.no_grad():
+        return _Renderer(size).render_heads(params)
+
+
+def gather_faces(ident: dict[str, torch.Tensor], nuis: dict[str, torch.Tensor],
+                 ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Returns the parameters of faces of identities ``ids`` with their nuisances ``nuis`` (one row a face)."""
+    return _gather(ident, nuis, ids, 0, len(ids))
+
+
 def face_boxes(params: dict[str, torch.Tensor], size: int) -> torch.Tensor:
     """Returns the face boxes (x1, y1, x2, y2) in pixels, float32 [N, 4].
 
@@ -709,6 +733,26 @@ class _Renderer:
         rgb = self._background(p)
         f = _Frame(rgb, torch.zeros(rgb.shape[0], self.n, self.n), p)
         self._clothes(f)
+        self._head(f)
+        out = _pool(f.rgb)
+        fg = _pool(f.fg).unsqueeze(1)
+        out.mul_(self._shading(p).sub_(1).mul_(fg).add_(1))
+        out = self._camera(out, p, noise)
+        return out.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
+
+    def render_heads(self, p: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns the shaded heads alone: premultiplied colour [B, 3, H, W] in [0, 1] and coverage [B, 1, H, W]."""
+        n = len(p["tx"])
+        f = _Frame(torch.zeros(n, 3, self.n, self.n), torch.zeros(n, self.n, self.n), p)
+        self._head(f)
+        out = _pool(f.rgb)
+        fg = _pool(f.fg).unsqueeze(1)
+        out.mul_(self._shading(p).sub_(1).mul_(fg).add_(1))
+        return out, fg
+
+    def _head(self, f: _Frame) -> None:
+        """Paints hair, neck, ears, face, features, glasses and occluders (in this order)."""
+        p = f.p
         f.draw_where(p["hair_len"] > 0, self._back_hair)
         self._neck(f)
         self._ears(f)
@@ -723,11 +767,6 @@ class _Renderer:
         self._front_hair(f)
         f.draw_where(p["glasses"] > 0, self._glasses)
         f.draw_where(p["occluder"] > 0, self._occluder)
-        out = _pool(f.rgb)
-        fg = _pool(f.fg).unsqueeze(1)
-        out.mul_(self._shading(p).sub_(1).mul_(fg).add_(1))
-        out = self._camera(out, p, noise)
-        return out.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
 
     def _background(self, p: dict[str, torch.Tensor]) -> torch.Tensor:
         """A blurred backdrop: two-colour gradient, low-frequency texture and clutter shapes.
