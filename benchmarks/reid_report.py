@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.tracking import Tracker  # noqa: E402
-from leaderboard.store import runs_frame  # noqa: E402
+from leaderboard.store import read_bundle, runs_frame  # noqa: E402
 
 
 def _epsilon(value: object) -> float | None:
@@ -47,13 +47,14 @@ def _sort_key(mechanism: str, params: dict) -> tuple:
     return (1, params["block"], math.inf if eps is None else eps)
 
 
-def load(results_dir: Path, task: str) -> pd.DataFrame:
+def load(results_dir: Path, task: str, bundle: Path | None = None) -> pd.DataFrame:
     """Returns one row per finished cell of ``task``: setting, seed, utility and attack columns.
 
-    Each seed's mAP decreases against the clean cell of the same seed are added as
-    ``drop_<metric>``.
+    The cells come from the results directory's MLflow runs, or from a cells bundle
+    (``bench report --cells FILE.json``). Each seed's mAP decreases against the clean cell
+    of the same seed are added as ``drop_<metric>``.
     """
-    frame = runs_frame(Tracker(results_dir, create=False))
+    frame = read_bundle(bundle) if bundle is not None else runs_frame(Tracker(results_dir, create=False))
     frame = frame[(frame["task"] == task) & (frame["eval_split"] == "test")]
     frame = frame.sort_values("created").drop_duplicates("cell_key", keep="last")  # one row per cell
     rows = []
@@ -168,11 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     """Prints the tables and draws the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results-dir", type=Path, default=Path("results/reid_quick"))
+    parser.add_argument("--bundle", type=Path, default=None,
+                        help="read the cells from this bundle (docs/reid_cells.json) instead of --results-dir")
     parser.add_argument("--task", default="reid_synth_persons")
     parser.add_argument("--plot", type=Path, default=None, help="write the frontier plot here")
     parser.add_argument("--samples", type=Path, default=None, help="write a sheet of released query images here")
     args = parser.parse_args(argv)
-    frame = load(args.results_dir, args.task)
+    if args.bundle is not None and args.samples is not None:
+        print("--samples needs the runs' artifacts: give --results-dir, not --bundle", file=sys.stderr)
+        return 2
+    frame = load(args.results_dir, args.task, args.bundle)
     if frame.empty:
         print(f"no finished {args.task} cells in {args.results_dir}", file=sys.stderr)
         return 1

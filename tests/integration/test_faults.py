@@ -140,7 +140,7 @@ PAUSE_WHILE_LOGGING = """
 import sys, time
 import bench.tracking as tracking
 real = tracking.Tracker.finish_cell
-def finish_slowly(self, run_id, result, configs, artifacts):
+def finish_slowly(self, run_id, result, configs, artifacts, curves=None):
     from mlflow.entities import Metric
     self.client.log_batch(run_id, metrics=[Metric("half_logged", 1.0, 0, 0)])
     print("[test] logging", file=sys.stderr, flush=True)

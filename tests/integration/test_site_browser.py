@@ -350,7 +350,8 @@ def test_board_sorts_by_worst_group_privacy(page, site):
 
     page.locator("#board a", has_text="dp_pix").first.click()
     page.wait_for_selector("section.groups")
-    assert page.locator("table.groups").count() == 2 * 3
+    assert page.locator("table.groups").count() == 2 * 3 + 2  # 2 boards x 3 levels, and the 2 exploration cells
+    assert page.locator("section.groups h3", has_text="exploration cells (on no board)").count() == 1
     row = page.locator("table.groups").first.locator("tbody tr").nth(1).locator("td").all_inner_texts()
     assert row == ["gender", "male", "9", "group too small"]
     assert page.locator("table.groups caption").first.inner_text().startswith("dp_pix · level=0, tag=</script><!--")
