@@ -36,6 +36,7 @@ from leaderboard.plot_points import (
     data_range,
     entry_frontier,
     fit_limits,
+    privacy_bar,
     seed_frontiers,
 )
 from leaderboard.table import rank_label
@@ -77,8 +78,9 @@ def _draw_point(ax, p: PlotPoint) -> None:
                            alpha=0.75, zorder=3)
         bars.lines[2][0].set_gid(f"xerr-{p.index}")
     if math.isfinite(p.y_sd) and p.y_sd > 0:
-        bars = ax.errorbar([p.x], [p.y], yerr=[p.y_sd], fmt="none", ecolor=colour, elinewidth=0.9, capsize=2.0,
-                           alpha=0.75, zorder=3)
+        low, high = privacy_bar(p)
+        bars = ax.errorbar([p.x], [p.y], yerr=[[p.y - low], [high - p.y]], fmt="none", ecolor=colour, elinewidth=0.9,
+                           capsize=2.0, alpha=0.75, zorder=3)
         bars.lines[2][0].set_gid(f"yerr-{p.index}")
     ax.plot([p.x], [p.y], linestyle="none", marker=marker, markersize=MARKER_PT, color=colour,
             markeredgecolor="white" if p.on_frontier else colour, markeredgewidth=0.6,
@@ -118,7 +120,8 @@ def _segments(ax, points: list[PlotPoint], frontiers: list[dict]) -> list:
         if math.isfinite(p.x_ci):
             ends.append(((p.x - p.x_ci, p.y), (p.x + p.x_ci, p.y)))
         if math.isfinite(p.y_sd):
-            ends.append(((p.x, p.y - p.y_sd), (p.x, p.y + p.y_sd)))
+            low, high = privacy_bar(p)
+            ends.append(((p.x, low), (p.x, high)))
     for front in frontiers:
         ends += list(zip(front["points"][:-1], front["points"][1:]))
     return [tuple(map(tuple, ax.transData.transform(pair))) for pair in ends]

@@ -167,13 +167,10 @@ def seed_frontiers(board: Board) -> list[SeedFrontier]:
     return out
 
 
-def _span(values: list[float]) -> tuple[float, float]:
-    lo, hi = min(values), max(values)
-    if hi - lo < MIN_SPAN:
-        middle = (lo + hi) / 2
-        lo, hi = middle - MIN_SPAN / 2, middle + MIN_SPAN / 2
-    margin = MARGIN * (hi - lo)
-    return lo - margin, hi + margin
+def privacy_bar(p: "PlotPoint") -> tuple[float, float]:
+    """Returns the privacy error bar's ends: mean ± sd over seeds, kept inside the score's range [0, 1]."""
+    sd = p.y_sd if math.isfinite(p.y_sd) else 0.0
+    return max(0.0, p.y - sd), min(1.0, p.y + sd)
 
 
 def data_range(points: list[PlotPoint], seeds: list[SeedFrontier]) -> tuple[list[float], list[float]] | None:
@@ -190,9 +187,8 @@ def data_range(points: list[PlotPoint], seeds: list[SeedFrontier]) -> tuple[list
     ys: list[float] = []
     for p in points:
         dx = p.x_ci if math.isfinite(p.x_ci) else 0.0
-        dy = p.y_sd if math.isfinite(p.y_sd) else 0.0
         xs += [p.x - dx, p.x + dx]
-        ys += [p.y - dy, p.y + dy]
+        ys += list(privacy_bar(p))
     for s in seeds:
         xs += s.points[:, 0].tolist()
         ys += s.points[:, 1].tolist()

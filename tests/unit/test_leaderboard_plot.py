@@ -137,6 +137,17 @@ def test_error_bars_are_the_utility_ci_over_seeds_and_the_privacy_sd():
     assert (y1 - y0) / 2 == pytest.approx(point["y_sd"]) and x0 == x1
 
 
+def test_the_privacy_bar_stays_inside_the_scores_range():
+    board = make_board({"a": {0: {0: (0.40, 0.0), 1: (0.42, 0.3), 2: (0.41, 0.0)},
+                              1: {0: (0.60, 1.0), 1: (0.62, 0.6), 2: (0.61, 1.0)}}})
+    fig, sidecar = frontier_figure(board)
+    bars = _artists(fig, "yerr-")
+    ends = sorted(y for bar in bars.values() for (_, y) in bar.get_segments()[0])
+    assert ends[0] == 0.0 and ends[-1] == 1.0  # mean ± sd would reach -0.07 and 1.07
+    low, high = sidecar["ylim"]
+    assert low >= -MARGIN * 1.0 - 1e-9 and high <= 1.0 + MARGIN * 1.0 + 1e-9
+
+
 def test_one_seed_uses_the_cell_ci_and_has_no_privacy_bar():
     fig, sidecar = frontier_figure(make_board({"a": {0: {0: (0.5, 0.6)}, 1: {0: (0.55, 0.4)}}}, ci95=0.02))
     assert [p["x_ci"] for p in sidecar["points"]] == pytest.approx([0.02, 0.02])
