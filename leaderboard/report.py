@@ -144,9 +144,14 @@ def _cells(row: Any, extra: Sequence[str] = ()) -> tuple:
 
 
 def _sections(table: pd.DataFrame):
+    """Yields (title, column heads, rows of printed cells), one per benchmark, profile, data and settings."""
+    extra = _extra_columns(table)
     for (benchmark, profile, data, settings), rows in table.groupby(["benchmark", "profile", "data", "settings"],
                                                                      sort=True):
-        yield f"{benchmark} · profile {profile} · {data} data · {settings}", rows
+        heads = ["Mechanism", "Configuration", "Seeds", f"{rows['metric'].iloc[0]} (95% CI)",
+                 *(f"{c} (95% CI)" for c in extra), "Privacy (sd)", "Claim", "Training claim"]
+        yield (f"{benchmark} · profile {profile} · {data} data · {settings}", heads,
+               [_cells(r, extra) for r in _records(rows)])
 
 
 def to_markdown(table: pd.DataFrame) -> str:
@@ -154,15 +159,10 @@ def to_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return "No finished test-split cells.\n"
     lines = []
-    extra = _extra_columns(table)
-    for title, rows in _sections(table):
-        metric = rows["metric"].iloc[0]
-        heads = ["Mechanism", "Configuration", "Seeds", f"{metric} (95% CI)", *(f"{c} (95% CI)" for c in extra),
-                 "Privacy (sd)", "Claim", "Training claim"]
+    for title, heads, cells in _sections(table):
         lines += [f"### {markdown_escape(title)}", "", "| " + " | ".join(markdown_escape(h) for h in heads) + " |",
                   "|" + "---|" * len(heads)]
-        for r in _records(rows):
-            lines.append("| " + " | ".join(markdown_escape(x) for x in _cells(r, extra)) + " |")
+        lines += ["| " + " | ".join(markdown_escape(x) for x in row) + " |" for row in cells]
         lines.append("")
     return "\n".join(lines)
 
@@ -182,15 +182,10 @@ def to_latex(table: pd.DataFrame) -> str:
     if table.empty:
         return "% No finished test-split cells.\n"
     lines = []
-    extra = _extra_columns(table)
-    for title, rows in _sections(table):
-        metric = rows["metric"].iloc[0]
-        heads = ["Mechanism", "Configuration", "Seeds", f"{metric} (95% CI)", *(f"{c} (95% CI)" for c in extra),
-                 "Privacy (sd)", "Claim", "Training claim"]
+    for title, heads, cells in _sections(table):
         lines += [f"% {latex_escape(title)}", r"\begin{tabular}{llr" + "l" * (len(heads) - 3) + "}", r"\toprule",
                   " & ".join(latex_escape(h) for h in heads) + r" \\", r"\midrule"]
-        for r in _records(rows):
-            lines.append(" & ".join(latex_escape(c) for c in _cells(r, extra)) + r" \\")
+        lines += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in cells]
         lines += [r"\bottomrule", r"\end{tabular}", ""]
     return "\n".join(lines)
 

@@ -43,6 +43,7 @@ from bench.datasets.base import (
     size_report,
     source_fingerprint,
 )
+from bench.datasets.options import check_option_names
 from bench.errors import BenchError
 from bench.registry import register_dataset
 from bench.seeding import make_generator
@@ -244,12 +245,7 @@ def resolve_options(options: Mapping[str, Any]) -> dict[str, Any]:
         BenchError: An unknown option, a count that is not a positive integer, or counts
             larger than the official 50,000 training / 10,000 test images.
     """
-    from bench.config import did_you_mean
-
-    for key in options:
-        if key not in DEFAULTS:
-            raise BenchError(f"cifar10: unknown option {key!r}{did_you_mean(key, DEFAULTS, 'task.data.')} "
-                             f"(valid: {', '.join(DEFAULTS)})")
+    check_option_names("cifar10", options, DEFAULTS)
     opts = {**DEFAULTS, **options}
     for key, value in opts.items():
         low = 0 if key == "seed" else 1

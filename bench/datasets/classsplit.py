@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from bench.datasets.options import check_option_names
 from bench.errors import BenchError
 from bench.seeding import make_generator
 
@@ -38,12 +39,7 @@ def parse_options(dataset: str, options: Mapping[str, Any], defaults: Mapping[st
     Raises:
         BenchError: An unknown option (naming the valid ones) or a bad value.
     """
-    from bench.config import did_you_mean
-
-    for key in options:
-        if key not in defaults:
-            raise BenchError(f"{dataset}: unknown option {key!r}{did_you_mean(key, defaults, 'task.data.')} "
-                             f"(valid: {', '.join(defaults)})")
+    check_option_names(dataset, options, defaults)
     opts = {k: _none(options[k]) if k in options else v for k, v in defaults.items()}
     checks = {"size": parse_size, "min_images": _positive, "max_classes": _positive, "per_class": _positive,
               "seed": _integer, "split_fractions": _fractions, "grey": _boolean, "rotations": _boolean}

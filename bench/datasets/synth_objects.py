@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from bench import rng
 from bench.datasets.base import DataShape, Dataset, ImageSet, Splits, SplitShape, cached_splits, fingerprint
+from bench.datasets.options import check_option_names, integer_option
 from bench.errors import BenchError
 from bench.registry import register_dataset
 from bench.seeding import image_seeds
@@ -116,21 +117,12 @@ def resolve_options(options: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         BenchError: An unknown option (naming the valid ones) or a value out of range.
     """
-    from bench.config import did_you_mean
-
-    for key in options:
-        if key not in _DEFAULTS:
-            raise BenchError(f"synth_objects: unknown option {key!r}{did_you_mean(key, _DEFAULTS, 'task.data.')} "
-                             f"(valid: {', '.join(_DEFAULTS)})")
+    check_option_names("synth_objects", options, _DEFAULTS)
     opts = {**_DEFAULTS, **options}
     for key in ("n_train", "n_val", "n_test", "n_population", "size", "seed"):
         value = opts[key]
-        low = {"seed": 0, "size": 8}.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < low:
-            raise BenchError(f"synth_objects: task.data.{key} must be an integer >= {low}, got {value!r}")
-        opts[key] = int(value)
-    if opts["size"] > 256:
-        raise BenchError(f"synth_objects: task.data.size must be at most 256, got {opts['size']}")
+        opts[key] = integer_option("synth_objects", key, value, {"seed": 0, "size": 8}.get(key, 1),
+                                   256 if key == "size" else None)
     variation = opts["variation"]
     if isinstance(variation, bool) or not isinstance(variation, (int, float)) or not 0.0 <= variation <= 4.0:
         raise BenchError(f"synth_objects: task.data.variation must be a number in [0, 4], got {variation!r}")

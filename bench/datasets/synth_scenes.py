@@ -58,7 +58,7 @@ from bench.datasets import scene_render as sr
 from bench.datasets import synth_faces
 from bench.datasets.base import DataShape, Dataset, ImageSet, Splits, SplitShape, cached_splits, fingerprint
 from bench.datasets.synth_objects import CLASSES as SHAPES
-from bench.errors import BenchError
+from bench.datasets.options import check_option_names, integer_option
 from bench.registry import register_dataset
 from bench.seeding import image_seeds, make_generator
 
@@ -160,12 +160,7 @@ def resolve_options(options: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         BenchError: An unknown option (naming the valid ones) or a value out of range.
     """
-    from bench.config import did_you_mean
-
-    for key in options:
-        if key not in _DEFAULTS:
-            raise BenchError(f"synth_scenes: unknown option {key!r}{did_you_mean(key, _DEFAULTS, 'task.data.')} "
-                             f"(valid: {', '.join(_DEFAULTS)})")
+    check_option_names("synth_scenes", options, _DEFAULTS)
     opts = {**_DEFAULTS, **options}
     lows = {"classes": 2, "images_per_class": 1, "val_per_class": 1, "test_per_class": 1, "size": 64,
             "identities": MAX_PEOPLE, "seed": 0}
@@ -174,11 +169,7 @@ def resolve_options(options: Mapping[str, Any]) -> dict[str, Any]:
         value = opts[key]
         if value is None and key in ("val_per_class", "test_per_class"):
             value = max(1, opts["images_per_class"] // 5) if isinstance(opts["images_per_class"], int) else 1
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < low:
-            raise BenchError(f"synth_scenes: task.data.{key} must be an integer >= {low}, got {value!r}")
-        if key in highs and value > highs[key]:
-            raise BenchError(f"synth_scenes: task.data.{key} must be at most {highs[key]}, got {value!r}")
-        opts[key] = int(value)
+        opts[key] = integer_option("synth_scenes", key, value, low, highs.get(key))
     return opts
 
 
