@@ -94,7 +94,7 @@ class Membership(Attack):
 
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
         """Attacks the model trained on the release, and the non-private one on clean images."""
-        from tasks.dp_vit import class_count
+        from tasks.class_metrics import class_count
 
         task = ctx.task
         if task is None or not hasattr(task, "classifier"):

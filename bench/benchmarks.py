@@ -49,6 +49,11 @@ class Benchmark:
         description: One line for ``bench list``.
         attack_settings: Attack name -> settings this benchmark's data needs (e.g. fewer
             enrolment images for folders of 10 photos a person); ``--set`` overrides them.
+        task_settings: Task settings that define this benchmark (a classification
+            protocol): applied over the preset, and ``--set`` may not change them, since a
+            board compares like with like.
+        face_crops: Adversaries that identify faces and see the data's face crops instead
+            of its images (scenes whose faces have identities; :mod:`bench.facecrops`).
     """
 
     name: str
@@ -60,6 +65,8 @@ class Benchmark:
     preset: str = ""
     description: str = ""
     attack_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    task_settings: Mapping[str, Any] = field(default_factory=dict)
+    face_crops: tuple[str, ...] = ()
 
     def settings_of(self, attack: str, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
         """Returns an attack's settings for this benchmark: its declared ones updated by ``overrides``."""
@@ -92,6 +99,8 @@ def declare_benchmark(
     preset: str = "",
     description: str = "",
     attack_settings: Mapping[str, Mapping[str, Any]] | None = None,
+    task_settings: Mapping[str, Any] | None = None,
+    face_crops: tuple[str, ...] = (),
 ) -> Benchmark:
     """Declares a benchmark: registers it and its task class under ``name``.
 
@@ -106,6 +115,8 @@ def declare_benchmark(
         preset: Another benchmark's preset stem to share; empty: ``name``.
         description: One line for ``bench list``; empty: the kind's.
         attack_settings: Attack name -> settings the benchmark's data needs.
+        task_settings: Task settings fixed by the benchmark (``{"protocol": "obf_obf"}``).
+        face_crops: Adversaries (among ``attacks``) that attack the data's face crops.
 
     Returns:
         The declaration.
@@ -118,7 +129,8 @@ def declare_benchmark(
 
     if not (isinstance(kind, type) and issubclass(kind, Task)):
         raise ValueError(f"benchmark {name!r}: kind must be a Task subclass, got {kind!r}")
-    for what, names in (("attacks", attacks), ("attributes", attributes), ("targets", targets or ())):
+    for what, names in (("attacks", attacks), ("attributes", attributes), ("targets", targets or ()),
+                        ("face_crops", face_crops)):
         if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
             raise ValueError(f"benchmark {name!r}: {what} must be a tuple of names, got {names!r}")
     unknown = set(targets or ()) - set(TARGETS)
@@ -126,7 +138,8 @@ def declare_benchmark(
         raise ValueError(f"benchmark {name!r}: targets must name some of {', '.join(TARGETS)}, got {targets!r}")
     declared = Benchmark(name, kind, dataset, tuple(attacks), tuple(attributes),
                          None if targets is None else tuple(targets), preset, description or kind.description,
-                         {a: dict(v) for a, v in (attack_settings or {}).items()})
+                         {a: dict(v) for a, v in (attack_settings or {}).items()}, dict(task_settings or {}),
+                         tuple(face_crops))
     module = sys._getframe(1).f_globals.get("__name__", kind.__module__)
     task = type(_class_name(name), (kind,), {
         "__module__": module,

@@ -41,6 +41,8 @@ class ExecutorConfig:
             ``workers`` CPU workers) or ``ray`` (one Ray task per cell).
         workers: Worker processes (processes) or CPUs of a local Ray; None picks.
         ray_address: Address of an existing Ray cluster (None starts a local one).
+        gpus_per_cell: GPUs a Ray task of one cell reserves on its node (its data-parallel
+            training uses every GPU it sees).
         plugin_files: Python files registering mechanisms, loaded in every worker.
         verbose: Print the runner's progress lines.
     """
@@ -48,6 +50,7 @@ class ExecutorConfig:
     kind: str = "local"
     workers: int | None = None
     ray_address: str | None = None
+    gpus_per_cell: int = 1
     plugin_files: tuple[Path, ...] = ()
     verbose: bool = False
 
@@ -358,7 +361,7 @@ def _run_ray(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[CellO
                     else "Ray was started by the caller: its nodes' code is used")
             print(f"[bench] ray: {nodes} node(s) see the cache, data and tracking store; {what}", file=sys.stderr,
                   flush=True)
-            remote = ray.remote(num_gpus=1 if gpu else 0, num_cpus=1)(_ray_cell)
+            remote = ray.remote(num_gpus=config.gpus_per_cell if gpu else 0, num_cpus=1)(_ray_cell)
             device = "cuda" if gpu else "cpu"
             refs = {remote.remote(cell, shipped, device, config.verbose): cell for cell in cells}
             waiting = list(refs)

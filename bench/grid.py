@@ -116,13 +116,14 @@ def expand(suite: Suite, placement: Placement) -> list[Cell]:
 
 
 def cell_label(config: "RunConfig") -> str:
-    """Returns ``task mechanism(k=v, ...) seed N`` (with ``[training.epsilon=3]`` for method settings)."""
+    """Returns ``task mechanism(k=v, ...) seed N`` with ``[training.epsilon=3]`` for method settings
+    (the task's entry settings, or every task setting of a task that declares none: ``[arch=vgg16]``)."""
     params = ", ".join(f"{k}={v}" for k, v in config.params.items())
     from bench.registry import tasks
 
     prefixes = tuple(tasks.get(config.task).entry_settings) if config.task in tasks else ()
     method = ", ".join(f"{k}={v}" for k, v in (config.overrides.get("task") or {}).items()
-                       if any(k == p or k.startswith(p + ".") for p in prefixes))
+                       if not prefixes or any(k == p or k.startswith(p + ".") for p in prefixes))
     return f"{config.task} {config.mechanism}({params}){f' [{method}]' if method else ''} seed {config.seed}"
 
 

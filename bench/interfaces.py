@@ -208,6 +208,8 @@ class RunContext:
         progress: Wraps an iterable in a progress bar: ``progress(iterable, total, desc)``.
         groups: Where the task puts its per-group table: ``groups["utility"] = (table,
             how it was measured)``, a table of :mod:`bench.groups`.
+        tables: Tables the task reports beside its metrics (``per_class``: one dict per
+            row); each becomes a CSV artifact of the cell's run.
     """
 
     device: torch.device
@@ -222,6 +224,7 @@ class RunContext:
     log: Callable[[str], None] = lambda msg: None
     progress: Callable[..., Any] = lambda it, total=None, desc=None: it
     groups: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 class _Configurable(abc.ABC):
@@ -303,9 +306,32 @@ class Task(_Configurable):
     training method (``training``) makes ``identity + DP-SGD(flat, ε=3)`` and
     ``identity + DP-SGD(per_layer, ε=3)`` two rows of one board."""
 
+    def settings(self) -> dict[str, Any]:
+        """Returns the preset updated by the benchmark's fixed settings, then by the overrides.
+
+        Raises:
+            BenchError: An override changes a setting the benchmark fixes (its protocol).
+        """
+        fixed = dict(getattr(self.benchmark, "task_settings", None) or {})
+        for key, value in self.overrides.items():
+            if key.split(".")[0] in fixed and value != fixed[key.split(".")[0]]:
+                raise BenchError(f"{self.owner}: setting {key!r} is fixed to {fixed[key.split('.')[0]]!r} by the "
+                                 "benchmark (each value is its own benchmark; see 'bench list benchmarks')")
+        values = load_preset(self.preset_package, self.preset_name or self.name, self.profile, self.owner)
+        values.update(fixed)
+        values.update(self.overrides)
+        return values
+
     def entry_label(self) -> str:
         """Returns what its :attr:`entry_settings` name, for entry names (``DP-SGD(flat, ε=3)``); empty: none."""
         return ""
+
+    def check_other_data(self, root: Path | None, eval_split: str = "test") -> None:
+        """Checks, cheaply and before any work, data the task reads besides its dataset (a transfer target).
+
+        Raises:
+            BenchError: That data is missing; the message names its layout.
+        """
 
     def training_claim(self, clean: Splits) -> PrivacyClaim | None:
         """Returns the guarantee of the task's own training for its training records, or None.

@@ -24,6 +24,7 @@ from bench.config import PROFILES, did_you_mean
 from bench.datasets.base import ImageSet, Splits, load_dataset
 from bench.datasets.shards import configure_huggingface
 from bench.errors import BenchError
+from bench.facecrops import face_crop_view
 from bench.groups import MIN_GROUP_SIZE, cell_groups
 from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
 from bench.registry import attacks as attack_registry
@@ -156,8 +157,10 @@ def plan(config: RunConfig) -> Plan:
                              f"{', '.join(offering[:3]) or 'none registered'}); task {config.task!r} does not")
     shape = dataset_registry.get(task.dataset)().inspect(config.data_root, task.data_options())
     task.check_data(shape, config.split)
-    for attack in attacks.values():
-        attack.check_data(shape, config.split)
+    task.check_other_data(config.data_root, config.split)
+    cropped = face_crop_attacks(task_cls)
+    for name, attack in attacks.items():
+        attack.check_data(None if name in cropped else shape, config.split)
     options: dict[str, Any] = {"overrides": config.overrides, "attacks": list(attack_names)}
     if config.split != "test":
         options["split"] = config.split
@@ -175,6 +178,7 @@ class CellOutput:
     clean: Splits
     release: Release
     curves: dict[str, list[float]] = field(default_factory=dict)
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progress: Callable[..., Any] | None = None) -> CellOutput:
@@ -217,9 +221,16 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         log(f"evaluating {cfg.task}")
         utility = plan_.task.evaluate(clean, release, ctx)
         outcomes: dict[str, AttackOutcome] = {}
+        crops: tuple[Splits, Release] | None = None
         for name, attack in plan_.attacks.items():
             log(f"attacking with {name}")
-            outcomes[name] = attack.run(clean, release, ctx)
+            if name in face_crop_attacks(type(plan_.task)):
+                if crops is None:
+                    log(f"cropping the faces of {plan_.task.dataset} for the face adversaries")
+                    crops = face_crop_view(clean, release, cfg.seed)
+                outcomes[name] = attack.run(*crops, ctx)
+            else:
+                outcomes[name] = attack.run(clean, release, ctx)
     groups = result_groups(ctx, outcomes, type(plan_.task).primary)
     privacy = {name: o.privacy() for name, o in outcomes.items()}
     flags = attack_flags(outcomes)
@@ -238,7 +249,12 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         release_metrics=dict(release.metrics), images=chain,
         training_claim=training_claim.to_dict() if training_claim else None, groups=groups,
     )
-    return CellOutput(result, clean, release, recorded)
+    return CellOutput(result, clean, release, recorded, ctx.tables)
+
+
+def face_crop_attacks(task_cls: type) -> frozenset[str]:
+    """Returns the adversaries the task's benchmark has attack face crops (:mod:`bench.facecrops`)."""
+    return frozenset(getattr(getattr(task_cls, "benchmark", None), "face_crops", ()) or ())
 
 
 def image_chain(clean: Splits, task: Task) -> dict[str, Any]:
@@ -297,7 +313,22 @@ def cell_artifacts(output: CellOutput, plan_: Plan, sample_split: str = "test",
         sheet = Path(tmp) / "samples.png"
         sample_sheet([("clean", clean_images), (label, released_images)], sheet)
         artifacts = {"samples.png": sheet.read_bytes()}
+    for name, rows in output.tables.items():
+        artifacts[f"{name}.csv"] = table_csv(rows)
     return configs, artifacts
+
+
+def table_csv(rows: list[dict[str, Any]]) -> bytes:
+    """Returns a task's table as CSV bytes (columns of the first row; numbers as Python prints them)."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return out.getvalue().encode()
 
 
 @lru_cache(maxsize=1)

@@ -9,7 +9,9 @@ benchmark's with ``preset=``; ``bench list benchmarks`` shows them with their ad
 from __future__ import annotations
 
 from bench.benchmarks import declare_benchmark as benchmark
+from tasks.classify import PROTOCOLS, Classify
 from tasks.dp_vit import DpVit
+from tasks.transfer import Transfer
 from tasks.fewshot import FewShot
 from tasks.fidelity import Fidelity
 from tasks.reid import Reid
@@ -64,3 +66,41 @@ benchmark("dp_vit_cifar10", DpVit, "cifar10", ("membership",),
           description=f"{VIT} on CIFAR-10; top-1, top-5")
 benchmark("dp_vit_folder", DpVit, "folder_images", ("membership",),
           description=f"{VIT} on your own class-per-folder images (--set task.data.root=DIR); top-1, top-5")
+
+# Face obfuscation in ImageNet (face-obfuscation paper): a classifier under each of the
+# paper's protocols, one benchmark (and board) per protocol. Privacy: MTCNN still finding
+# the annotated faces, and re-identification of the people in the scenes from their face
+# crops (synth_scenes knows their identities; ImageNet's are unknown).
+SCENE_FACES = ("face_detect", "face_reid", "face_reid_adapted", "denoise")
+SCENE_CROPS = {"face_reid": {"enrol_per_id": 4}, "face_reid_adapted": {"enrol_per_id": 4},
+               "denoise": {"reid.enrol_per_id": 4}}
+"""A person of the quick scenes shows up about 25 times (100 people, ~2,600 faces): enrol 4, probe the rest."""
+PROTOCOL_TEXT = {"obf_obf": "trained and tested on released images (Table 3)",
+                 "orig_obf": "trained on original, tested on released images (Table 8)",
+                 "obf_orig": "trained on released, tested on original images (Table 9)"}
+for _protocol in PROTOCOLS:
+    benchmark(f"classify_synth_scenes_{_protocol}", Classify, "synth_scenes", SCENE_FACES,
+              preset="classify_synth_scenes", task_settings={"protocol": _protocol},
+              face_crops=("face_reid", "face_reid_adapted", "denoise"), attack_settings=SCENE_CROPS,
+              description=f"ResNet on synthetic scenes with people, {PROTOCOL_TEXT[_protocol]}; top-5, top-1")
+    benchmark(f"classify_imagenet_{_protocol}", Classify, "imagenet", ("face_detect",),
+              preset="classify_imagenet", task_settings={"protocol": _protocol},
+              description=f"ResNet-50 on ILSVRC-2012 with its face boxes, {PROTOCOL_TEXT[_protocol]}; top-5, top-1")
+
+# Transfer (same paper, Sec. 5): the classify model pretrained on the released source,
+# finetuned on a target that is never released; one benchmark per target.
+TARGETS_OF = {
+    "synth_scenes": (("synth_scenes", "classes", "synth_scenes classes disjoint from the source's; top-1"),
+                     ("synth_faces", "attributes", "synth_faces attributes (multi-label); mAP")),
+    "imagenet": (("cifar10", "classes", "CIFAR-10; top-1"),
+                 ("folder_images", "classes", "your scene folders, e.g. SUN (--set task.target_data.folder_images.root=DIR); top-1"),
+                 ("celeba", "attributes", "CelebA's 40 attributes (multi-label); mAP")),
+}
+for _source, _targets in TARGETS_OF.items():
+    for _target, _labels, _what in _targets:
+        benchmark(f"transfer_{_source}_{_target}", Transfer, _source,
+                  SCENE_FACES if _source == "synth_scenes" else ("face_detect",), preset=f"transfer_{_source}",
+                  task_settings={"target": _target, "target_labels": _labels},
+                  face_crops=("face_reid", "face_reid_adapted", "denoise") if _source == "synth_scenes" else (),
+                  attack_settings=SCENE_CROPS if _source == "synth_scenes" else None,
+                  description=f"backbone pretrained on released {_source}, finetuned on {_what}")

@@ -38,6 +38,7 @@ from bench.interfaces import PrivacyClaim, Release, RunContext, Task
 from bench.modelcache import cached_model
 from bench.nn.vit import build_vit
 from bench.params import Param, ParamSpace
+from tasks.class_metrics import class_count, topk_accuracy
 
 MODEL_VERSION = 1
 TRAINED_CLASSIFIER = "trained_classifier"
@@ -327,22 +328,3 @@ def accountants_agree(facts: dict[str, Any]) -> float:
         raise RuntimeError(f"the PRV and RDP accountants disagree beyond their known difference (PRV {prv:.4g}, "
                            f"RDP {rdp:.4g}, ratio {verdict.ratio:.3g}): the epsilon cannot be claimed")
     return 1.0
-
-
-def class_count(clean: Splits) -> int:
-    """Returns the number of classes: the dataset's class names, else the largest label + 1 over the splits."""
-    names = clean.info.get("classes")
-    if names:
-        return len(names)
-    return max(int(s.labels.max()) + 1 for s in clean.sets.values() if len(s))
-
-
-def topk_accuracy(probs: torch.Tensor, labels: torch.Tensor, k: int = 5) -> tuple[float, float]:
-    """Returns (top-1, top-k) accuracy of class probabilities [N, C] against labels [N]."""
-    if len(labels) == 0:
-        return math.nan, math.nan
-    labels = labels.to(probs.device)
-    top = probs.topk(min(k, probs.shape[1]), dim=1).indices
-    top1 = (top[:, 0] == labels).float().mean().item()
-    topk = (top == labels[:, None]).any(dim=1).float().mean().item()
-    return float(top1), float(topk)

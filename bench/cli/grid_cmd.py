@@ -39,12 +39,15 @@ def add_cell_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_executor_args(p: argparse.ArgumentParser) -> None:
-    """Adds --executor, --workers, --ray-address and -v."""
+    """Adds --executor, --workers, --ray-address, --gpus-per-cell and -v."""
     p.add_argument("--executor", default="local", choices=("local", "processes", "ray"),
                    help="local (here), processes (one per GPU or N CPU workers), ray (a Ray cluster)")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (processes: default one per GPU, else min(4, cores)); CPUs of a local Ray")
     p.add_argument("--ray-address", default=None, help="address of an existing Ray cluster (default: start a local one)")
+    p.add_argument("--gpus-per-cell", type=int, default=1,
+                   help="ray: GPUs each cell gets on one node (a data-parallel training uses them all; "
+                        "8 on 8-GPU nodes runs one cell per node)")
     p.add_argument("-v", "--verbose", action="store_true", help="Ray workers print each cell's stage lines (local and processes executors always show them)")
 
 
@@ -122,7 +125,10 @@ def executor_config(args: argparse.Namespace):
 
     if args.workers is not None and args.workers < 1:
         raise BenchError(f"--workers must be at least 1, got {args.workers}")
+    if args.gpus_per_cell < 1 or (args.gpus_per_cell > 1 and args.executor != "ray"):
+        raise BenchError(f"--gpus-per-cell must be at least 1 and needs --executor ray, got {args.gpus_per_cell}")
     return ExecutorConfig(kind=args.executor, workers=args.workers, ray_address=args.ray_address,
+                          gpus_per_cell=args.gpus_per_cell,
                           plugin_files=tuple(p.resolve() for p in args.mechanism_file), verbose=args.verbose)
 
 

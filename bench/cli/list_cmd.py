@@ -32,7 +32,7 @@ def describe(kind: str, name: str, obj) -> list[str]:
     """Returns the lines that describe one registered object."""
     doc = (getattr(obj, "description", "") or (obj.__doc__ or "").strip().splitlines()[0:1] or [""])
     summary = doc if isinstance(doc, str) else doc[0]
-    lines = [f"{name:<24}{summary}"]
+    lines = [f"{name:<24}{summary}" if len(name) < 24 else f"{name}  {summary}"]
     if kind == "mechanisms":
         for pname, param in obj.params.items():
             lines.append(f"    {pname:<12}{param.describe()}" + (f"  ({param.help})" if param.help else ""))
@@ -63,8 +63,10 @@ def describe_benchmark(benchmark) -> list[str]:
     """Returns the detail lines of a declared benchmark: kind, dataset, adversaries, targets, preset."""
     attributes = f"; attributes {', '.join(benchmark.attributes)}" if benchmark.attributes else ""
     missing = "" if benchmark.has_preset() else " (missing: cells of this benchmark cannot be planned)"
+    fixed = "".join(f"; task.{k}={v}" for k, v in benchmark.task_settings.items())
+    crops = f" (on face crops: {', '.join(benchmark.face_crops)})" if benchmark.face_crops else ""
     return [
-        f"    {benchmark.kind.__name__} on dataset {benchmark.dataset}{attributes}",
-        f"    adversaries {', '.join(benchmark.attacks) or 'none (utility only)'}",
+        f"    {benchmark.kind.__name__} on dataset {benchmark.dataset}{attributes}{fixed}",
+        f"    adversaries {', '.join(benchmark.attacks) or 'none (utility only)'}{crops}",
         f"    preset {benchmark.preset_file}{missing}",
     ]

@@ -59,6 +59,7 @@ from bench.datasets import synth_faces
 from bench.datasets.base import DataShape, Dataset, ImageSet, Splits, SplitShape, cached_splits, fingerprint
 from bench.datasets.synth_objects import CLASSES as SHAPES
 from bench.datasets.options import check_option_names, integer_option
+from bench.errors import BenchError
 from bench.registry import register_dataset
 from bench.seeding import image_seeds, make_generator
 
@@ -76,6 +77,7 @@ _DEFAULTS: dict[str, Any] = {
     "size": 128,
     "identities": 200,
     "seed": 0,
+    "class_offset": 0,
 }
 _RATE_POWER = 4.0
 _MAX_RATE = 0.95
@@ -105,6 +107,11 @@ class SynthScenes(Dataset):
         size: Image side in pixels (default 128; 64 to 256; faces scale with it).
         identities: People in the pool that faces are drawn from (default 200, at least 3).
         seed: Seed of the dataset (default 0).
+        class_offset: Skip the first classes of the seed's design (default 0): classes
+            ``class_offset .. class_offset + classes - 1`` differ from every one of a
+            dataset with ``classes <= class_offset`` in at least two of shape, texture,
+            colour and background (a transfer target disjoint from its source); their
+            images draw from streams of their own.
     """
 
     synthetic = True
@@ -130,7 +137,8 @@ class SynthScenes(Dataset):
             BenchError: An option is unknown or out of range.
         """
         opts = resolve_options(options)
-        key = fingerprint(self.name, GENERATOR_VERSION, sorted(opts.items()))
+        key = fingerprint(self.name, GENERATOR_VERSION,
+                          sorted((k, v) for k, v in opts.items() if k != "class_offset" or v))
         data, content = cached_splits(cache_dir, self.name, key, lambda: generate(**opts))
         names = {k: list(v) for k, v in synth_faces.ATTR_NAMES.items()}
         sets = {}
@@ -163,13 +171,16 @@ def resolve_options(options: Mapping[str, Any]) -> dict[str, Any]:
     check_option_names("synth_scenes", options, _DEFAULTS)
     opts = {**_DEFAULTS, **options}
     lows = {"classes": 2, "images_per_class": 1, "val_per_class": 1, "test_per_class": 1, "size": 64,
-            "identities": MAX_PEOPLE, "seed": 0}
+            "identities": MAX_PEOPLE, "seed": 0, "class_offset": 0}
     highs = {"classes": MAX_CLASSES, "size": 256}
     for key, low in lows.items():
         value = opts[key]
         if value is None and key in ("val_per_class", "test_per_class"):
             value = max(1, opts["images_per_class"] // 5) if isinstance(opts["images_per_class"], int) else 1
         opts[key] = integer_option("synth_scenes", key, value, low, highs.get(key))
+    if opts["class_offset"] + opts["classes"] > MAX_CLASSES:
+        raise BenchError(f"synth_scenes: options class_offset + classes must be at most {MAX_CLASSES}, got "
+                         f"{opts['class_offset']} + {opts['classes']}")
     return opts
 
 
@@ -242,7 +253,7 @@ def split_labels(seed: int, split: str, classes: int, count: int) -> torch.Tenso
 
 
 def generate(classes: int, images_per_class: int, val_per_class: int, test_per_class: int, size: int,
-             identities: int, seed: int) -> dict[str, Any]:
+             identities: int, seed: int, class_offset: int = 0) -> dict[str, Any]:
     """Renders every split.
 
     Returns:
@@ -250,12 +261,15 @@ def generate(classes: int, images_per_class: int, val_per_class: int, test_per_c
         size]), ``labels``, ``attrs``, ``boxes`` (list of float32 [k, 4]), ``faces`` (the face
         table), ``object_boxes``, ``face_fraction`` and ``image_face_fraction``.
     """
-    design = design_classes(seed, classes)
+    design = design_classes(seed, class_offset + classes)
+    if class_offset:
+        design = {k: v[class_offset:] for k, v in design.items()}
     ident = synth_faces.sample_identities(identities, make_generator(seed, "synth_scenes", "identities"))
     counts = {"train": images_per_class, "val": val_per_class, "test": test_per_class}
     out: dict[str, Any] = {"design": design}
     for s in SPLITS:
-        out[s] = render_split(seed, s, classes * counts[s], size, design, ident)
+        streams = f"{s}@{class_offset}" if class_offset else s
+        out[s] = render_split(seed, streams, classes * counts[s], size, design, ident)
     return out
 
 

@@ -74,6 +74,24 @@ def check_weights(path: str | None, owner: str) -> None:
         raise BenchError(f"{owner}: weights file {path} not found (ImageNet weights are never downloaded)")
 
 
+def read_state_dict(path: str) -> dict[str, torch.Tensor]:
+    """Reads a local state dict (tensors only; ``{"state_dict": ...}`` unwrapped, DDP's ``module.`` prefix removed).
+
+    Raises:
+        BenchError: The file is missing or unreadable.
+    """
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise BenchError(f"weights file {file} not found (weights are never downloaded)")
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise BenchError(f"cannot read weights {file}: {type(exc).__name__}: {exc}") from None
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    return {k.removeprefix("module."): v for k, v in state.items()}
+
+
 def load_imagenet_weights(net: nn.Module, path: str) -> None:
     """Loads a local torchvision ResNet state dict into ``net``, ignoring the classifier.
 
@@ -81,15 +99,7 @@ def load_imagenet_weights(net: nn.Module, path: str) -> None:
         BenchError: The file is missing, unreadable, or does not fit the architecture.
     """
     file = Path(path).expanduser()
-    if not file.is_file():
-        raise BenchError(f"weights file {file} not found (ImageNet weights are never downloaded)")
-    try:
-        state = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise BenchError(f"cannot read weights {file}: {type(exc).__name__}: {exc}") from None
-    if isinstance(state, dict) and "state_dict" in state:
-        state = state["state_dict"]
-    state = {k.removeprefix("module."): v for k, v in state.items() if not k.removeprefix("module.").startswith("fc.")}
+    state = {k: v for k, v in read_state_dict(path).items() if not k.startswith("fc.")}
     try:
         missing, unexpected = net.load_state_dict(state, strict=False)
     except RuntimeError as exc:
