@@ -7,7 +7,7 @@ trains or reads data.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -93,3 +93,38 @@ def correlation(x: Sequence[float] | torch.Tensor, y: Sequence[float] | torch.Te
 
     r, p = pearsonr(x.numpy(), y.numpy())
     return {"r": float(r), "p": float(p), "n": n}
+
+
+def bootstrap_mean_interval(deltas: torch.Tensor, generator: torch.Generator,
+                            resamples: int = 1000) -> tuple[float, float]:
+    """Returns the 2.5 and 97.5 percentiles of the mean of per-image differences over resampled images.
+
+    ``deltas`` pairs two measurements of the same test images (a hit of one model minus a
+    hit of the other), so the interval of their mean difference is a paired one.
+    """
+    deltas = deltas.double().flatten()
+    if len(deltas) == 0:
+        return math.nan, math.nan
+    index = torch.randint(0, len(deltas), (resamples, len(deltas)), generator=generator)
+    return _percentiles(deltas[index].mean(1))
+
+
+def bootstrap_interval(statistic: Callable[[torch.Tensor], float], n: int, generator: torch.Generator,
+                       resamples: int = 200) -> tuple[float, float]:
+    """Returns the 2.5 and 97.5 percentiles of ``statistic(index)`` over ``resamples`` resampled index sets of ``n``."""
+    values = [statistic(torch.randint(0, n, (n,), generator=generator)) for _ in range(resamples)]
+    return _percentiles(torch.tensor(values, dtype=torch.float64))
+
+
+def _percentiles(values: torch.Tensor) -> tuple[float, float]:
+    values = values[~torch.isnan(values)]
+    if len(values) == 0:
+        return math.nan, math.nan
+    lo, hi = torch.quantile(values, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    return float(lo), float(hi)
+
+
+def topk_hits(scores: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
+    """Returns float64 [N]: 1 where the label is among the ``k`` highest scores of its image."""
+    top = scores.topk(min(k, scores.shape[1]), dim=1).indices
+    return (top == labels.to(scores.device)[:, None]).any(dim=1).double()

@@ -36,7 +36,14 @@ from bench.modelcache import cached_model
 from bench.nn.classifiers import Classifier
 from bench.nn.stream_train import SgdSchedule, predict, train_streamed
 from bench.seeding import derive_seed, make_generator
-from tasks.class_metrics import class_count, nanmean, per_class_ap
+from tasks.class_metrics import (
+    bootstrap_interval,
+    bootstrap_mean_interval,
+    class_count,
+    nanmean,
+    per_class_ap,
+    topk_hits,
+)
 from tasks.classify import Recipe, RecipeTask, source_key, trained_classifier
 
 MODEL_VERSION = 1
@@ -210,19 +217,13 @@ def paired_bootstrap(a: torch.Tensor, b: torch.Tensor, truth: torch.Tensor, labe
     Top-1 differences are resampled in one vectorised draw; mAP (attributes) is recomputed
     on each of ``resamples // 5`` resamples (each AP sorts the whole test set).
     """
-    n = len(truth)
     if labels == "classes":
-        delta = (a.argmax(1) == truth).double() - (b.argmax(1) == truth).double()
-        index = torch.randint(0, n, (resamples, n), generator=generator)
-        diffs = delta[index].mean(1)
-    else:
-        diffs = []
-        for _ in range(max(20, resamples // 5)):
-            index = torch.randint(0, n, (n,), generator=generator)
-            diffs.append(target_score(a[index], truth[index], labels) - target_score(b[index], truth[index], labels))
-        diffs = torch.tensor(diffs, dtype=torch.float64)
-    lo, hi = torch.quantile(diffs, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
-    return float(lo), float(hi)
+        return bootstrap_mean_interval(topk_hits(a, truth, 1) - topk_hits(b, truth, 1), generator, resamples)
+
+    def difference(index: torch.Tensor) -> float:
+        return target_score(a[index], truth[index], labels) - target_score(b[index], truth[index], labels)
+
+    return bootstrap_interval(difference, len(truth), generator, max(20, resamples // 5))
 
 
 def _source_top1(model: Classifier, released: Release | None, clean: Splits, size: int, ctx: RunContext) -> float:

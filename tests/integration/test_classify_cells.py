@@ -53,6 +53,9 @@ def scenes(tmp_path_factory) -> dict:
 def test_identity_has_no_drop_and_top5_comes_first(scenes):
     utility = scenes["obf_obf", "identity"]["utility"]
     assert utility["top5_drop"] == 0.0 and utility["top1_drop"] == 0.0 and utility["map"] == utility["map_original"]
+    assert utility["top5_drop_ci95"] == 0.0  # the same model on the same images: a paired interval of width 0
+    blur = scenes["obf_obf", "face_blur"]["utility"]
+    assert blur["top5_drop_ci95"] > 0 or blur["top5_drop"] == 0
     assert all(scenes[key]["primary_metric"] == "top5" for key in scenes if isinstance(key, tuple))
 
 

@@ -181,3 +181,20 @@ def test_face_crop_view_splits_people_and_cuts_released_faces_at_the_same_place(
     assert all(torch.equal(again[s].images, view[s].images) for s in view.sets)
     with pytest.raises(BenchError, match="no face table"):
         face_crop_view(Splits("x", {"train": clean["train"]}, "f"), released, 0)
+
+
+def test_paired_intervals_cover_the_difference_and_shrink_with_agreement():
+    from tasks.class_metrics import bootstrap_interval, bootstrap_mean_interval, topk_hits
+
+    g = torch.Generator().manual_seed(0)
+    deltas = (torch.rand(1000, generator=g) < 0.3).double() - (torch.rand(1000, generator=g) < 0.2).double()
+    lo, hi = bootstrap_mean_interval(deltas, torch.Generator().manual_seed(1))
+    assert lo < deltas.mean().item() < hi and 0.0 < lo  # a 10-point gap over 1,000 images is significant
+    assert bootstrap_mean_interval(torch.zeros(50), torch.Generator().manual_seed(1)) == (0.0, 0.0)
+    assert bootstrap_mean_interval(deltas, torch.Generator().manual_seed(1)) == (lo, hi)
+    values = torch.arange(10.0)
+    lo, hi = bootstrap_interval(lambda index: values[index].mean().item(), 10, torch.Generator().manual_seed(2))
+    assert lo < 4.5 < hi
+    scores = torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.05, 0.15]])
+    assert topk_hits(scores, torch.tensor([1, 2]), 1).tolist() == [1.0, 0.0]
+    assert topk_hits(scores, torch.tensor([1, 2]), 2).tolist() == [1.0, 1.0]
