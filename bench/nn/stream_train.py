@@ -17,7 +17,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -72,7 +72,6 @@ def train_streamed(
     multilabel: bool = False,
     params: list[torch.nn.Parameter] | None = None,
     desc: str = "epochs",
-    on_epoch: Callable[[torch.nn.Module], dict[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Trains ``model`` in place on uint8 images; leaves it in eval mode.
 
@@ -90,8 +89,6 @@ def train_streamed(
         params: The parameters to train (a last-layer finetuning: the rest of the network
             stays in eval mode, so its batch-norm statistics are frozen too); None: all.
         desc: Label of the progress bar.
-        on_epoch: Called with the model (in eval mode) after every epoch; its numbers join
-            the curves (a validation accuracy, say).
 
     Returns:
         Facts about the training (steps, final loss, seconds) and its curves.
@@ -110,7 +107,7 @@ def train_streamed(
     batch = min(schedule.batch_size, len(labels))
     steps = max(1, len(labels) // batch)
     share = max(1, batch // world)
-    losses, extra = EpochValues(), {}
+    losses = EpochValues()
     loss = torch.tensor(math.nan)
     for _ in ctx.progress(range(schedule.epochs), total=schedule.epochs, desc=desc):
         order = torch.randperm(len(labels), generator=g)[: steps * batch].view(steps, batch)
@@ -131,13 +128,9 @@ def train_streamed(
             losses.add(_mean_over_ranks(loss.detach(), world))
         decay.step()
         losses.close_epoch()
-        if on_epoch is not None:
-            model.eval()
-            for name, value in on_epoch(model).items():
-                extra.setdefault(name, []).append(float(value))
     model.eval()
     return {"steps": schedule.epochs * steps, "final_loss": float(loss.detach()), "seconds": time.perf_counter() - started,
-            "processes": world, "curve": {"loss": losses.means, **extra}}
+            "processes": world, "curve": {"loss": losses.means}}
 
 
 @torch.no_grad()
