@@ -117,6 +117,8 @@ class ClassifyConfig(Recipe):
 class RecipeTask(Task):
     """A task whose config extends :class:`Recipe` with the dataset's loader options (``data``)."""
 
+    validation: ClassVar[bool] = True
+
     def recipe(self) -> Recipe:
         """Returns the training recipe of this profile's (source) models."""
         return Recipe(**{f.name: getattr(self.config, f.name) for f in fields(Recipe)})
@@ -158,7 +160,6 @@ class Classify(RecipeTask):
     primary: ClassVar[str] = "top5"
     description: ClassVar[str] = "torchvision classifier under a face-obfuscation protocol; top-5, top-1, per-class AP"
     config_class: ClassVar[type] = ClassifyConfig
-    validation: ClassVar[bool] = True
 
     def __init__(self, profile: str = "quick", overrides: Any = None):
         super().__init__(profile, overrides)

@@ -86,7 +86,6 @@ class Transfer(RecipeTask):
     primary: ClassVar[str] = "transfer"
     description: ClassVar[str] = "backbone pretrained on the released source, finetuned on a target; top-1 / mAP"
     config_class: ClassVar[type] = TransferConfig
-    validation: ClassVar[bool] = True
 
     def __init__(self, profile: str = "quick", overrides: Any = None):
         super().__init__(profile, overrides)
