@@ -120,7 +120,8 @@ def results(source: PathLike | str = "results", **filters: Any) -> "pd.DataFrame
     ``profile``, ``eval_split``, ``synthetic``, ``schema``, ``params`` (dict) and one
     ``param.<name>`` column each, ``utility.<metric>``, ``attack.<attack>.<metric>``,
     ``privacy.<attack>``, ``privacy_score``, ``claim.*`` and ``training_claim.*``
-    (epsilon, delta, unit, backed, method), ``privacy_flags``, ``runtime_s``, ``device``,
+    (epsilon, delta, unit, backed, method), ``privacy_flags``, ``skipped_attacks`` (adversary
+    -> why it did not run, as JSON), ``runtime_s``, ``device``,
     ``git_sha``, ``created`` and ``settings`` (the ``--set`` overrides as JSON).
     Superseded runs and results of an older schema are left out.
 
@@ -173,6 +174,7 @@ def results_frame(rows: "pd.DataFrame") -> "pd.DataFrame":
         out["group.worst_privacy"] = _number(worst.get("privacy"))
         out["group.worst"] = worst.get("group")
         out["privacy_flags"] = json.dumps(row.get("privacy_flags") or {}, sort_keys=True)
+        out["skipped_attacks"] = json.dumps(row.get("skipped_attacks") or {}, sort_keys=True)
         out["settings"] = json.dumps(row.get("overrides") or {}, sort_keys=True, default=str)
         out["groups"] = dict(row.get("groups") or {})
         flat.append(out)

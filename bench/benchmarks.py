@@ -54,6 +54,10 @@ class Benchmark:
             board compares like with like.
         face_crops: Adversaries that identify faces and see the data's face crops instead
             of its images (scenes whose faces have identities; :mod:`bench.facecrops`).
+        optional_face_crops: Empty: the data always has a face table, and a cell whose data
+            lacks one fails. Otherwise the data may lack identities (ImageNet's are the
+            user's to supply) and this says how to supply them: such a cell skips the
+            ``face_crops`` adversaries and records why in ``Result.skipped_attacks``.
     """
 
     name: str
@@ -67,6 +71,7 @@ class Benchmark:
     attack_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     task_settings: Mapping[str, Any] = field(default_factory=dict)
     face_crops: tuple[str, ...] = ()
+    optional_face_crops: str = ""
 
     def settings_of(self, attack: str, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
         """Returns an attack's settings for this benchmark: its declared ones updated by ``overrides``."""
@@ -101,6 +106,7 @@ def declare_benchmark(
     attack_settings: Mapping[str, Mapping[str, Any]] | None = None,
     task_settings: Mapping[str, Any] | None = None,
     face_crops: tuple[str, ...] = (),
+    optional_face_crops: str = "",
 ) -> Benchmark:
     """Declares a benchmark: registers it and its task class under ``name``.
 
@@ -117,6 +123,8 @@ def declare_benchmark(
         attack_settings: Attack name -> settings the benchmark's data needs.
         task_settings: Task settings fixed by the benchmark (``{"protocol": "obf_obf"}``).
         face_crops: Adversaries (among ``attacks``) that attack the data's face crops.
+        optional_face_crops: How to supply face identities when the data may lack them
+            (see :class:`Benchmark`); empty: they are always there.
 
     Returns:
         The declaration.
@@ -133,13 +141,15 @@ def declare_benchmark(
                         ("face_crops", face_crops)):
         if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
             raise ValueError(f"benchmark {name!r}: {what} must be a tuple of names, got {names!r}")
+    if not isinstance(optional_face_crops, str) or (optional_face_crops and not face_crops):
+        raise ValueError(f"benchmark {name!r}: optional_face_crops must be a text, and needs face_crops")
     unknown = set(targets or ()) - set(TARGETS)
     if unknown or targets == ():
         raise ValueError(f"benchmark {name!r}: targets must name some of {', '.join(TARGETS)}, got {targets!r}")
     declared = Benchmark(name, kind, dataset, tuple(attacks), tuple(attributes),
                          None if targets is None else tuple(targets), preset, description or kind.description,
                          {a: dict(v) for a, v in (attack_settings or {}).items()}, dict(task_settings or {}),
-                         tuple(face_crops))
+                         tuple(face_crops), optional_face_crops)
     module = sys._getframe(1).f_globals.get("__name__", kind.__module__)
     task = type(_class_name(name), (kind,), {
         "__module__": module,

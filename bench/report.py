@@ -62,6 +62,8 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
         for target, why in sorted(result.privacy_flags.items()):
             if target.startswith(attack + "."):
                 lines.append(f"{'  flag ' + target:<34}{why:>10}")
+    for attack, why in result.skipped_attacks.items():
+        lines.append(f"{'attack.' + attack:<34}{'skipped':>10}  ({why})")
     if result.attacks:
         lines.append(f"{'privacy_score':<34}{_score(result.privacy_score, 'every attack too weak'):>10}")
     for name, value in result.release_metrics.items():

@@ -39,6 +39,8 @@ class Result:
         release_metrics: Facts measured while releasing (MTCNN recall against the dataset's boxes).
         privacy_flags: ``attack`` or ``attack.target`` -> why its score is undefined
             (``attack too weak``).
+        skipped_attacks: Adversaries of the cell that did not run -> why (the data lacks
+            what they need, such as face identities); ``privacy_score`` is over the others.
         eval_split: The split utility and attacks were measured on (``test``; ``val``
             for tuning cells, which never enter a board).
         images: The size chain: ``native`` sizes read (min/median/max), ``stored`` (where
@@ -80,6 +82,7 @@ class Result:
     created: str
     release_metrics: dict[str, float] = field(default_factory=dict)
     privacy_flags: dict[str, str] = field(default_factory=dict)
+    skipped_attacks: dict[str, str] = field(default_factory=dict)
     eval_split: str = "test"
     images: dict[str, Any] = field(default_factory=dict)
     training_claim: dict[str, Any] | None = None

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -24,7 +24,7 @@ from bench.config import PROFILES, did_you_mean
 from bench.datasets.base import ImageSet, Splits, load_dataset
 from bench.datasets.shards import configure_huggingface
 from bench.errors import BenchError
-from bench.facecrops import face_crop_view
+from bench.facecrops import face_crop_view, has_face_table
 from bench.groups import MIN_GROUP_SIZE, cell_groups
 from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
 from bench.registry import attacks as attack_registry
@@ -222,7 +222,10 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         utility = plan_.task.evaluate(clean, release, ctx)
         outcomes: dict[str, AttackOutcome] = {}
         crops: tuple[Splits, Release] | None = None
+        skipped = skipped_face_attacks(clean, type(plan_.task), plan_.attacks)
         for name, attack in plan_.attacks.items():
+            if name in skipped:
+                continue
             log(f"attacking with {name}")
             if name in face_crop_attacks(type(plan_.task)):
                 if crops is None:
@@ -248,6 +251,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         release_metrics=dict(release.metrics), images=chain,
         training_claim=training_claim.to_dict() if training_claim else None, groups=groups,
+        skipped_attacks=skipped,
     )
     return CellOutput(result, clean, release, recorded, ctx.tables)
 
@@ -255,6 +259,27 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
 def face_crop_attacks(task_cls: type) -> frozenset[str]:
     """Returns the adversaries the task's benchmark has attack face crops (:mod:`bench.facecrops`)."""
     return frozenset(getattr(getattr(task_cls, "benchmark", None), "face_crops", ()) or ())
+
+
+def skipped_face_attacks(clean: Splits, task_cls: type, attacks: Iterable[str]) -> dict[str, str]:
+    """Returns the face-crop adversaries a cell skips -> why (empty: every adversary runs).
+
+    They are skipped only where the benchmark says its data may lack face identities
+    (``Benchmark.optional_face_crops``) and this data has no face table; a benchmark that
+    does not say so fails in :func:`~bench.facecrops.face_crop_view` instead. A warning
+    says that privacy then comes from the other adversaries only.
+    """
+    from bench.cache import warn
+
+    hint = getattr(getattr(task_cls, "benchmark", None), "optional_face_crops", "")
+    attacks = list(attacks)
+    names = [name for name in attacks if name in face_crop_attacks(task_cls)]
+    if not names or not hint or has_face_table(clean):
+        return {}
+    why = f"{clean.dataset} has no face identities: {hint}"
+    others = [name for name in attacks if name not in names]
+    warn(f"skipped {', '.join(names)}: {why}; privacy comes from {', '.join(others) or 'no adversary'} only")
+    return {name: why for name in names}
 
 
 def image_chain(clean: Splits, task: Task) -> dict[str, Any]:

@@ -65,8 +65,10 @@ def describe_benchmark(benchmark) -> list[str]:
     missing = "" if benchmark.has_preset() else " (missing: cells of this benchmark cannot be planned)"
     fixed = "".join(f"; task.{k}={v}" for k, v in benchmark.task_settings.items())
     crops = f" (on face crops: {', '.join(benchmark.face_crops)})" if benchmark.face_crops else ""
-    return [
+    lines = [
         f"    {benchmark.kind.__name__} on dataset {benchmark.dataset}{attributes}{fixed}",
         f"    adversaries {', '.join(benchmark.attacks) or 'none (utility only)'}{crops}",
-        f"    preset {benchmark.preset_file}{missing}",
     ]
+    if benchmark.optional_face_crops:
+        lines.append(f"    face crops skipped without identities: {benchmark.optional_face_crops}")
+    return lines + [f"    preset {benchmark.preset_file}{missing}"]

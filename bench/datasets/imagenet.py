@@ -35,7 +35,16 @@ them. An image with no entry in the file was not annotated, which is not the sam
 image annotated with no face: both get no box (a mechanism leaves them as they are, and
 the authors' blurring script skips them), but ``attrs["faces"]`` holds the number of faces
 annotated on the original image and -1 for an image without an entry, and
-``info["faces"]`` counts both kinds per split (a warning names unannotated images).
+``info["face_counts"]`` counts both kinds per split (a warning names unannotated images).
+
+**Identities** (option ``face_identities``, :mod:`bench.datasets.imagenet_faces`): the
+paper's faces have none, so by default there is no ``info["faces"]`` and the ImageNet
+benchmarks skip the adversaries that re-identify face crops. A CSV of ``url,box,identity``
+rows gives them people: ``info["faces"][split]`` is then the face table synth_scenes has
+(``image``, ``identity``, ``box`` in stored pixels) and ``info["face_identities"]`` says
+what was matched and how many identities are usable. The file is checked when a cell is
+planned; it is not part of the decoded shards' key (the pixels do not depend on it): the
+face crops are keyed by the table's content (:mod:`bench.facecrops`).
 
 **Object boxes**, where the localisation XML has the image: ``info["object_face_fraction"]``
 holds per split a float32 tensor, one value per image in split order, the fraction of the
@@ -57,6 +66,7 @@ import torch
 
 from bench.datasets import imageread
 from bench.datasets import imagenet_annotations as ann
+from bench.datasets import imagenet_faces as faces_io
 from bench.datasets.base import (
     DataShape,
     Dataset,
@@ -71,14 +81,15 @@ from bench.errors import BenchError
 from bench.registry import register_dataset
 from bench.seeding import make_generator
 
-LOADER_VERSION = 1
+LOADER_VERSION = 2
+"""2: the build keeps each image's crop (for the face table of ``face_identities``)."""
 BASES = ("imagenet", "ImageNet", "ILSVRC2012", "ilsvrc2012", "ILSVRC", "")
 IMAGE_DIRS = ("", "Data/CLS-LOC", "ILSVRC/Data/CLS-LOC")
 BOX_DIRS = ("bbox", "Annotations/CLS-LOC", "Annotations", "ILSVRC/Annotations/CLS-LOC")
 SPLITS = ("train", "val", "test")
 VAL_FROM = ("train", "official")
 DEFAULTS: dict[str, Any] = {"size": 224, "classes": None, "images_per_class": None, "val_from": "train",
-                            "val_fraction": 0.04, "seed": 0}
+                            "val_fraction": 0.04, "seed": 0, "face_identities": None}
 
 
 @dataclass
@@ -96,18 +107,22 @@ class Plan:
     """What the options select (no pixel read): images in reading order, their split, label and faces.
 
     ``names`` are relative to ``layout.images`` (``train/<wnid>/<file>``, ``val/<wnid>/<file>``);
-    ``faces`` holds each image's face boxes in original pixels, None when it has no entry.
+    ``keys`` their annotation keys (:func:`~bench.datasets.imagenet_annotations.image_key`);
+    ``faces`` holds each image's face boxes in original pixels, None when it has no entry;
+    ``identities`` the checked ``face_identities`` file, or None.
     """
 
     opts: dict[str, Any]
     layout: Layout
     wnids: list[str]
     names: list[str]
+    keys: list[str]
     split_of: list[str]
     labels: list[int]
     faces: list[np.ndarray | None]
     annotations: ann.FaceAnnotations
     skipped: int
+    identities: faces_io.FaceIdentities | None = None
 
     def files(self) -> list[Path]:
         """The image files, in reading order."""
@@ -185,6 +200,7 @@ def resolve_options(options: Mapping[str, Any]) -> dict[str, Any]:
         raise BenchError(f"imagenet: option val_fraction expects a number between 0 and 1, "
                          f"got {opts['val_fraction']!r}")
     opts["val_fraction"] = fraction
+    opts["face_identities"] = faces_io.check_option(opts["face_identities"])
     return opts
 
 
@@ -210,6 +226,9 @@ class ImageNet(Dataset):
         val_fraction: Fraction held out with ``val_from=train`` (default 0.04, about the 50
             images per class of the official validation set).
         seed: Seed of the held-out choice (default 0).
+        face_identities: Path of a CSV ``url,box,identity`` naming the people of annotated
+            faces (absolute, or relative to the ImageNet folder); default none. See
+            :mod:`bench.datasets.imagenet_faces`.
     """
 
     layout = ("<root>/imagenet/ (or ILSVRC2012/, or <root>/ itself) holding train/<wnid>/*.JPEG, val/<wnid>/*.JPEG "
@@ -237,7 +256,8 @@ class ImageNet(Dataset):
         plan = self._plan(root, options)
         opts, files = plan.opts, plan.files()
         xml = self._object_xml(plan)
-        key = fingerprint(self.name, LOADER_VERSION, sorted((k, repr(v)) for k, v in opts.items()), plan.digest(),
+        shard_options = sorted((k, repr(v)) for k, v in opts.items() if k != "face_identities")  # pixels only
+        key = fingerprint(self.name, LOADER_VERSION, shard_options, plan.digest(),
                           "\n".join("-" if x is None else x.name for x in xml),
                           source_fingerprint(files + [x for x in xml if x is not None]))
 
@@ -249,6 +269,7 @@ class ImageNet(Dataset):
             sets["val"] = sets["test"]
         sets = {s: sets[s] for s in SPLITS}
         fractions = built.pop("object_face_fraction")
+        crops = built.pop("crops")
         fractions.setdefault("val", fractions["test"])
         info = {
             "source": str(plan.layout.images),
@@ -260,18 +281,16 @@ class ImageNet(Dataset):
                       f"test: the official validation set; val: {opts['val_fraction']:g} of each class's training "
                       "images held out (seeded), disjoint from train"),
             "val_is_test": opts["val_from"] == "official",
-            "faces": _face_report(plan, sets),
+            "face_counts": faces_io.face_report(plan, sets),
             "object_face_fraction": fractions,
             "object_face_fraction_by_class": {s: _by_class(fractions[s], sets[s].labels, plan.wnids) for s in SPLITS},
             "skipped": {"files": plan.skipped},
             **built,
         }
-        missing = info["faces"]["unannotated"]
-        if sum(missing.values()):
-            from bench.cache import warn
-
-            warn(f"imagenet: {sum(missing.values())} selected image(s) have no entry in {ann.FACES_FILE} (e.g. "
-                 f"{info['faces']['unannotated_examples'][0]}): they get no face box and attrs['faces'] = -1")
+        if plan.identities is not None:
+            info["faces"], info["face_identities"] = faces_io.face_tables(plan, plan.identities, crops,
+                                                                          self._written(opts))
+        faces_io.warn_about(info)
         imageread.warn_about(self.name, info)
         return Splits(self.name, sets, content, synthetic=False, info=info)
 
@@ -325,9 +344,13 @@ class ImageNet(Dataset):
                 names.append(f"val/{wnid}/{f}")
                 split_of.append("test")
                 labels.append(label)
-        boxes = [faces.boxes.get(ann.image_key(n.split("/", 1)[0], n)) for n in names]
-        return Plan(opts, layout, wnids, names, split_of, labels, boxes, faces,
+        keys = [ann.image_key(n.split("/", 1)[0], n) for n in names]
+        plan = Plan(opts, layout, wnids, names, keys, split_of, labels, [faces.boxes.get(k) for k in keys], faces,
                     skipped + skipped_val + len(loose) + len(loose_val))
+        if opts["face_identities"] is not None:
+            plan.identities = faces_io.plan_identities(opts["face_identities"], plan.layout.base, plan.keys,
+                                                       plan.annotations)
+        return plan
 
     def _classes(self, wanted: Any, train: Mapping[str, list[str]], layout: Layout) -> list[str]:
         available = sorted(train)
@@ -355,7 +378,8 @@ def _build(sink: Any, plan: Plan, written: tuple[str, ...], files: list[Path],
         written, plan.names, plan.split_of, plan.labels,
         attrs={"faces": counts}, attr_names={"faces": [str(i) for i in range(max(most, 0) + 1)]},
         boxes=[ann.EMPTY if f is None else f for f in plan.faces])
-    built = imageread.write_selection(sink, sel, iter(files), plan.opts["size"])
+    built = imageread.write_selection(sink, sel, iter(files), plan.opts["size"], with_crops=True)
+    built["crops"] = torch.from_numpy(built["crops"].astype(np.int32))
     fractions: dict[str, list[float]] = {s: [] for s in written}
     with_objects = {s: 0 for s in written}
     for split, faces, path in zip(plan.split_of, plan.faces, xml):
@@ -370,30 +394,6 @@ def _build(sink: Any, plan: Plan, written: tuple[str, ...], files: list[Path],
     built["object_boxes"] = {"source": None if plan.layout.boxes is None else str(plan.layout.boxes),
                              "images": with_objects}
     return built
-
-
-def _face_report(plan: Plan, sets: Mapping[str, Any]) -> dict[str, Any]:
-    """Counts, per split, images annotated (with and without faces) and unannotated, and faces."""
-    source = {s: ("test" if s == "val" and plan.opts["val_from"] == "official" else s) for s in SPLITS}
-    counts = plan.face_counts()
-
-    def tally(test) -> dict[str, int]:
-        return {s: sum(1 for c, sp in zip(counts, plan.split_of) if sp == source[s] and test(c)) for s in SPLITS}
-
-    unannotated = [n for n, c in zip(plan.names, counts) if c < 0]
-    return {
-        "annotations": str(plan.layout.faces),
-        "convention": "x0, y0, x1, y1 in pixels of the original image (PIL), fitted with the centre crop and resize",
-        "annotated": tally(lambda c: c >= 0),
-        "with_faces": tally(lambda c: c > 0),
-        "without_faces": tally(lambda c: c == 0),
-        "unannotated": tally(lambda c: c < 0),
-        "unannotated_examples": unannotated[:5],
-        "faces": {s: sum(c for c, sp in zip(counts, plan.split_of) if sp == source[s] and c > 0) for s in SPLITS},
-        "faces_stored": {s: sum(len(b) for b in sets[s].boxes) for s in SPLITS},
-        "dropped_degenerate_boxes": plan.annotations.dropped,
-        "file_entries": dict(plan.annotations.per_split),
-    }
 
 
 def _by_class(values: torch.Tensor, labels: torch.Tensor, wnids: list[str]) -> dict[str, float]:

@@ -67,6 +67,8 @@ class FaceAnnotations:
         dropped: Boxes dropped for x0 >= x1 or y0 >= y1.
         repeated: Entries whose url an earlier entry had (the later one wins, as in the
             authors' code).
+        dropped_at: Image key -> positions in its entry's ``bboxes`` list of the boxes
+            dropped (only images that had some).
     """
 
     path: Path
@@ -75,6 +77,16 @@ class FaceAnnotations:
     per_split: dict[str, int] = field(default_factory=dict)
     dropped: int = 0
     repeated: int = 0
+    dropped_at: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def listed(self, key: str) -> int:
+        """Returns how many boxes the image's entry lists, dropped ones included (0 without an entry)."""
+        return len(self.boxes[key]) + len(self.dropped_at.get(key, ())) if key in self.boxes else 0
+
+    def kept_index(self, key: str, position: int) -> int | None:
+        """Returns the row in ``boxes[key]`` of the box at ``position`` of the entry's list; None: it was dropped."""
+        dropped = self.dropped_at.get(key, ())
+        return None if position in dropped else position - sum(d < position for d in dropped)
 
 
 class _Box(tuple):
@@ -86,7 +98,7 @@ class _Entry:
 
     __slots__ = ("key", "split", "boxes", "dropped")
 
-    def __init__(self, key: str, split: str, boxes: np.ndarray, dropped: int):
+    def __init__(self, key: str, split: str, boxes: np.ndarray, dropped: tuple[int, ...]):
         self.key, self.split, self.boxes, self.dropped = key, split, boxes, dropped
 
 
@@ -94,7 +106,8 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _url_key(url: Any) -> tuple[str, str] | None:
+def url_key(url: Any) -> tuple[str, str] | None:
+    """Returns (image key, split prefix) of an annotation url, or None when it is not one."""
     if not isinstance(url, str):
         return None
     parts = url.strip().strip("/").split("/")
@@ -109,11 +122,13 @@ def _hook(obj: dict[str, Any]) -> Any:
         return _Box(float(obj[k]) for k in _CORNERS)
     boxes = obj.get("bboxes")
     if "url" in obj and isinstance(boxes, list) and all(isinstance(b, _Box) for b in boxes):
-        found = _url_key(obj["url"])
+        found = url_key(obj["url"])
         if found is not None:
-            kept = [b for b in boxes if b[0] < b[2] and b[1] < b[3]]
+            good = [b[0] < b[2] and b[1] < b[3] for b in boxes]
+            kept = [b for b, ok in zip(boxes, good) if ok]
             array = np.asarray(kept, dtype=np.float32).reshape(-1, 4) if kept else EMPTY
-            return _Entry(found[0], found[1], array, len(boxes) - len(kept))
+            dropped = tuple(j for j, ok in enumerate(good) if not ok)
+            return _Entry(found[0], found[1], array, dropped)
     return obj
 
 
@@ -122,7 +137,7 @@ def _what_is_wrong(entry: Any) -> str:
         return f"a {type(entry).__name__}, not an object"
     if "url" not in entry or "bboxes" not in entry:
         return "no \"url\" or no \"bboxes\""
-    if _url_key(entry["url"]) is None:
+    if url_key(entry["url"]) is None:
         return f"url {entry['url']!r} is not train/<wnid>/<file>, val/<file> or test/<file>"
     if not isinstance(entry["bboxes"], list):
         return "\"bboxes\" is not a list"
@@ -167,11 +182,15 @@ def _read_cached(path: str, size: int, mtime_ns: int) -> FaceAnnotations:
         if not isinstance(entry, _Entry):
             raise BenchError(f"{where}: entry {index} is malformed ({_what_is_wrong(entry)}); expected {ENTRY_FORMAT}")
         out.per_split[entry.split] += 1
-        out.dropped += entry.dropped
+        out.dropped += len(entry.dropped)
         if entry.split == "test":
             continue
         out.repeated += entry.key in out.boxes
         out.boxes[entry.key] = entry.boxes
+        if entry.dropped:
+            out.dropped_at[entry.key] = entry.dropped
+        else:
+            out.dropped_at.pop(entry.key, None)
     return out
 
 

@@ -248,7 +248,7 @@ class Selection:
 
 
 def write_selection(sink: Any, selection: Selection, sources: Iterable[bytes | Path], size: Sequence[int],
-                    grey: bool = False, rotations: int = 1) -> dict[str, Any]:
+                    grey: bool = False, rotations: int = 1, with_crops: bool = False) -> dict[str, Any]:
     """Decodes a selection chunk by chunk into a sink and describes every split.
 
     Args:
@@ -259,9 +259,13 @@ def write_selection(sink: Any, selection: Selection, sources: Iterable[bytes | P
         grey: Store one grey channel.
         rotations: Copies of each image rotated by multiples of 90 degrees (1: none); copy
             r of an image of label c gets label ``c * rotations + r`` (Omniglot's augmentation).
+        with_crops: Also return ``crops``: int64 [N, 4] (left, top, width, height), the region
+            of each original image that was stored, in reading order (to fit annotations
+            that arrive later with :func:`fit_boxes`).
 
     Returns:
-        Info: ``images`` (:func:`bench.datasets.base.size_report`) and ``duplicates``.
+        Info: ``images`` (:func:`bench.datasets.base.size_report`) and ``duplicates``
+        (and ``crops``, see ``with_crops``).
     """
     from bench.datasets.base import size_report
 
@@ -292,8 +296,11 @@ def write_selection(sink: Any, selection: Selection, sources: Iterable[bytes | P
     crops_a = np.concatenate(crops) if crops else np.zeros((0, 4), np.int64)
     for split in selection.splits:
         _describe(sink, selection, split, crops_a, size, rotations)
-    return {"images": size_report(natives_a, crops_a[:, [3, 2]], size),
-            "duplicates": duplicates(selection.names, selection.split_of, digests)}
+    out = {"images": size_report(natives_a, crops_a[:, [3, 2]], size),
+           "duplicates": duplicates(selection.names, selection.split_of, digests)}
+    if with_crops:
+        out["crops"] = crops_a
+    return out
 
 
 def _describe(sink: Any, selection: Selection, split: str, crops: np.ndarray, size: Sequence[int],

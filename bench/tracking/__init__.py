@@ -268,6 +268,7 @@ class Tracker:
             "training_claim": json.dumps(result.training_claim) if result.training_claim else "none",
             "training_claim_status": training_status(result.training_claim),
             "privacy_flags": json.dumps(result.privacy_flags, sort_keys=True) if result.privacy_flags else "none",
+            "skipped_attacks": json.dumps(result.skipped_attacks, sort_keys=True) if result.skipped_attacks else "none",
         }
         tags.update(flatten("version.", result.versions))
         out = {f"{TAG}{k}": v for k, v in tags.items()}

@@ -13,7 +13,7 @@ import yaml
 
 import bench.datasets.shards as shards
 from bench.cli import main
-from fixtures.imagenet_fixture import write_imagenet
+from fixtures.imagenet_fixture import write_identities, write_imagenet
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,7 +112,34 @@ def test_imagenet_cell_streams_the_fixture_from_disk(tmp_path, monkeypatch):
     result = cell(tmp_path / "results", tmp_path / "cache", "classify_imagenet_obf_obf", "face_blur",
                   "--data-root", str(fixture.root))
     assert result["dataset"] == "imagenet" and 0.0 <= result["utility"]["top5"] <= 1.0
-    assert "face_detect" in result["attacks"]
+    assert list(result["attacks"]) == ["face_detect"]  # no identities: the face-crop adversaries are skipped
+    assert set(result["skipped_attacks"]) == {"face_reid", "face_reid_adapted", "denoise"}
+    assert "task.data.face_identities" in result["skipped_attacks"]["face_reid"]
+    assert "skipped face_reid, face_reid_adapted, denoise" in result["_err"]
+    assert "attack.face_reid" in result["_printed"] and "skipped" in result["_printed"]
+
+
+def test_imagenet_cell_runs_face_reid_on_crops_when_identities_are_given(tmp_path):
+    fixture = write_imagenet(tmp_path / "data")
+    names = [n for w in fixture.train for n in fixture.train[w] + fixture.val[w]]
+    entries, rows = [], []
+    for n, name in enumerate(names):  # three faces inside every image's centre square, six people
+        w, h = fixture.size[name]
+        side = min(w, h)
+        x0, y0 = (w - side) / 2, (h - side) / 2
+        boxes = [(0.1, 0.1), (0.6, 0.1), (0.35, 0.6)]
+        entries.append({"url": fixture.url(name), "bboxes": [
+            {"x0": x0 + a * side, "y0": y0 + b * side, "x1": x0 + (a + 0.25) * side, "y1": y0 + (b + 0.25) * side}
+            for a, b in boxes]})
+        rows += [(name, k, f"person{(3 * n + k) % 6}") for k in range(len(boxes))]
+    (fixture.base / "face_annotations_ILSVRC.json").write_text(json.dumps(entries))
+    write_identities(fixture, fixture.base / "people.csv", rows)
+    result = cell(tmp_path / "results", tmp_path / "cache", "classify_imagenet_obf_obf", "face_blur",
+                  "--data-root", str(fixture.root), "--attacks", "face_reid",
+                  "--set", "task.data.face_identities=people.csv", "-v")
+    assert result["skipped_attacks"] == {} and "skipped" not in result["_err"]
+    assert result["attacks"]["face_reid"]["identities"] == 2  # six people: 3 the adversary's, 1 val, 2 targets
+    assert "cropping the faces of imagenet" in result["_err"]
 
 
 def test_the_paper_suite_validates_on_the_fixture(tmp_path):

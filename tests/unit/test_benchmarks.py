@@ -110,6 +110,7 @@ def test_a_missing_preset_is_one_line_at_plan_time(tmp_path):
         (("bad_kind_test", object, "celeba"), {}, "Task subclass"),
         (("bad_targets_test", FewShot, "celeba"), {"targets": ("faces",)}, "targets must name"),
         (("bad_attacks_test", FewShot, "celeba", "face_reid"), {}, "attacks must be a tuple"),
+        (("bad_optional_test", FewShot, "celeba", ("face_reid",)), {"optional_face_crops": "how"}, "needs face_crops"),
     ],
 )
 def test_malformed_declarations_raise(args, kwargs, fragment):
