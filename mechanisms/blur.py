@@ -6,7 +6,7 @@ import torch
 
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.registry import register_mechanism
-from mechanisms._ops import gaussian_blur
+from mechanisms._blur import gaussian_blur
 
 
 @register_mechanism("blur")

@@ -9,7 +9,7 @@ from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
 from bench.kernels import kernel
 from bench.registry import register_mechanism
 from mechanisms._dp import dp_pix_scale
-from mechanisms._ops import MAX_BLOCK, cell_means, draws_by_default, fill_cells, to_uint8
+from mechanisms._ops import MAX_BLOCK, cell_counts, cell_means, chunks, draws_by_default, fill_cells, to_uint8
 
 
 @kernel
@@ -49,13 +49,17 @@ class DPPix(Mechanism):
         self.check_inputs(images, generator)
         block = self.config["block"]
         _, channels, height, width = images.shape
-        means, counts = cell_means(images, block)
-        scale = (self.noise_scale(channels) * block * block) / counts.to(torch.float32)
-        if len(images) and draws_by_default(generator, "laplace"):
-            cells = _noisy_cells(means, scale, generator.seeds_on(images.device))
-        else:
+        scale = (self.noise_scale(channels) * block * block) / cell_counts(height, width, block, images.device)
+        out = torch.empty_like(images, memory_format=torch.contiguous_format)
+        if not (len(images) and draws_by_default(generator, "laplace")):
+            means, _ = cell_means(images, block)
             cells = to_uint8(means.addcmul_(generator.laplace(means.shape[1:]).to(images.device), scale))
-        return fill_cells(cells, block, height, width)
+            return fill_cells(cells, block, height, width, out)
+        seeds = generator.seeds_on(images.device)
+        for part in chunks(images):
+            means, _ = cell_means(images[part], block)
+            fill_cells(_noisy_cells(means, scale, seeds[part]), block, height, width, out[part])
+        return out
 
     def claim(self) -> PrivacyClaim:
         """Returns epsilon-DP for images that differ in at most m pixels."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 import torch
+from PIL import Image, ImageFilter
 
 from bench.errors import BenchError
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.registry import register_mechanism
-from mechanisms._ops import gaussian_blur
+from mechanisms._blur import default_backend, gaussian_blur, pil_map
 
 OVERLAY_COLOURS: dict[str, tuple[float, float, float]] = {
     "mean": (0.485 * 255, 0.456 * 255, 0.406 * 255),
@@ -35,13 +36,17 @@ def _check_boxes(owner: str, images: torch.Tensor, boxes: list[torch.Tensor] | N
             raise BenchError(f"mechanism {owner!r}: face boxes must be tensors [k, 4] (x1, y1, x2, y2), got {tuple(b.shape)}")
 
 
-def _flatten_boxes(boxes: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns all non-degenerate boxes as float64 [B, 4] and the image each belongs to [B]."""
+def _flatten_boxes(boxes: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns all non-degenerate boxes as float64 [B, 4] and the image each belongs to [B], on the host.
+
+    Box geometry is a few numbers per image: it stays on the host, so that deciding what
+    to draw never waits for the device.
+    """
     counts = torch.tensor([len(b) for b in boxes], dtype=torch.int64)
     flat = torch.cat([b.detach().to("cpu", torch.float64).reshape(-1, 4) for b in boxes]) if boxes else torch.zeros(0, 4, dtype=torch.float64)
     owner = torch.repeat_interleave(torch.arange(len(boxes)), counts)
     keep = (flat[:, 0] < flat[:, 2]) & (flat[:, 1] < flat[:, 3])
-    return flat[keep].to(device), owner[keep].to(device)
+    return flat[keep], owner[keep]
 
 
 def _box_sizes(flat: torch.Tensor, measure: str) -> torch.Tensor:
@@ -50,39 +55,65 @@ def _box_sizes(flat: torch.Tensor, measure: str) -> torch.Tensor:
     return torch.hypot(width, height) if measure == "diagonal" else torch.maximum(width, height)
 
 
-def box_mask(flat: torch.Tensor, owner: torch.Tensor, n: int, height: int, width: int) -> torch.Tensor:
+def box_mask(flat: torch.Tensor, owner: torch.Tensor, n: int, height: int, width: int,
+             device: torch.device | str = "cpu") -> torch.Tensor:
     """Rasterises boxes like ``PIL.ImageDraw.rectangle``: coordinates truncated, ends included.
 
     Args:
-        flat: float64 [B, 4] boxes (x1, y1, x2, y2).
-        owner: int64 [B] index of each box's image, in non-decreasing order.
+        flat: float64 [B, 4] boxes (x1, y1, x2, y2), on the host.
+        owner: int64 [B] index of each box's image, in non-decreasing order, on the host.
         n: Number of images.
         height: Image height.
         width: Image width.
+        device: Where the mask is made.
 
     Returns:
-        bool [N, H, W], True inside the union of an image's boxes.
+        bool [N, H, W] on ``device``, True inside the union of an image's boxes.
     """
-    device = flat.device
     counts = torch.bincount(owner, minlength=n)
     slots = int(counts.max()) if len(owner) else 0
     if slots == 0:
         return torch.zeros((n, height, width), dtype=torch.bool, device=device)
     first = torch.cumsum(counts, 0) - counts
-    padded = torch.full((n, slots, 4), math.nan, dtype=torch.float64, device=device)
-    padded[owner, torch.arange(len(owner), device=device) - first[owner]] = flat
-    lo, hi = torch.trunc(padded[..., :2]), torch.trunc(padded[..., 2:])
-    xs = torch.arange(width, device=device, dtype=torch.float64)
-    ys = torch.arange(height, device=device, dtype=torch.float64)
-    cols = (xs >= lo[..., :1]) & (xs <= hi[..., :1])
-    rows = (ys >= lo[..., 1:]) & (ys <= hi[..., 1:])
-    return (rows.unsqueeze(-1) & cols.unsqueeze(-2)).any(1)
+    # Empty slots get lo > hi, so they cover nothing.
+    bounds = torch.tensor([1, 1, 0, 0], dtype=torch.int64).repeat(n, slots, 1)
+    bounds[owner, torch.arange(len(owner)) - first[owner]] = torch.trunc(flat).to(torch.int64)
+    bounds = bounds.to(device, non_blocking=True)
+    xs = torch.arange(width, device=device)
+    ys = torch.arange(height, device=device)
+    cols = (xs >= bounds[..., 0:1]) & (xs <= bounds[..., 2:3])
+    rows = (ys >= bounds[..., 1:2]) & (ys <= bounds[..., 3:4])
+    mask = rows[:, 0, :, None] & cols[:, 0, None, :]
+    for slot in range(1, slots):
+        mask |= rows[:, slot, :, None] & cols[:, slot, None, :]
+    return mask
 
 
 def _div255(values: torch.Tensor) -> torch.Tensor:
     """Pillow's exact rounding of v / 255 for v in [0, 255^2]."""
     t = values + 128
     return ((t >> 8) + t) >> 8
+
+
+def _pil_face_blur(images: torch.Tensor, keep: torch.Tensor, faces: torch.Tensor, radius: torch.Tensor) -> torch.Tensor:
+    """Blurs and composites image by image through Pillow (CPU), as the authors' released code.
+
+    Args:
+        images: uint8 [N, C, H, W].
+        keep: uint8 [F, 1, H, W] masks of the images with faces, 255 outside the grown boxes.
+        faces: int64 [F] indices of those images.
+        radius: float64 [F] their blur radii.
+    """
+    slot = {int(i): j for j, i in enumerate(faces.tolist())}
+    masks = keep[:, 0].cpu().numpy()
+    filters = [ImageFilter.GaussianBlur(float(r)) for r in radius.tolist()]
+
+    def blur(i: int, image: Image.Image) -> Image.Image:
+        j = slot[i]
+        soft = Image.fromarray(masks[j]).filter(filters[j])
+        return Image.composite(image, image.filter(filters[j]), soft)
+
+    return pil_map(images, faces.numpy(), blur).to(images.device)
 
 
 @register_mechanism("face_blur")
@@ -114,19 +145,25 @@ class FaceBlur(Mechanism):
         self.check_inputs(images, generator)
         _check_boxes(self.name, images, boxes)
         n, _, height, width = images.shape
-        flat, owner = _flatten_boxes(boxes, images.device)
+        flat, owner = _flatten_boxes(boxes)
         out = images.clone()
         if not len(flat):
             return out
         diag = _box_sizes(flat, self.config["measure"])
         grown = flat + torch.stack([-diag, -diag, diag, diag], 1) / 10
-        radius = torch.zeros(n, dtype=torch.float64, device=images.device).scatter_reduce_(0, owner, diag, "amax") / 10
+        radius = torch.zeros(n, dtype=torch.float64).scatter_reduce_(0, owner, diag, "amax") / 10
         faces = (radius > 0).nonzero().flatten()
-        keep = (~box_mask(grown, owner, n, height, width)[faces]).to(torch.uint8).mul_(255).unsqueeze(1)
-        keep = gaussian_blur(keep, radius[faces].cpu()).to(torch.int32)
-        chosen = images[faces]
-        blurred = gaussian_blur(chosen, radius[faces].cpu()).to(torch.int32)
-        out[faces] = _div255(blurred * (255 - keep) + chosen.to(torch.int32) * keep).to(torch.uint8)
+        on_faces = torch.isin(owner, faces)
+        where = torch.searchsorted(faces, owner[on_faces])
+        mask = box_mask(grown[on_faces], where, len(faces), height, width, images.device)
+        keep = (~mask).to(torch.uint8).mul_(255).unsqueeze(1)
+        if default_backend(images.device) == "pil":
+            return _pil_face_blur(images, keep, faces, radius[faces])
+        keep = gaussian_blur(keep, radius[faces]).to(torch.int32)
+        rows = faces.to(images.device, non_blocking=True)
+        chosen = images.index_select(0, rows)
+        blurred = gaussian_blur(chosen, radius[faces]).to(torch.int32)
+        out.index_copy_(0, rows, _div255(blurred * (255 - keep) + chosen.to(torch.int32) * keep).to(torch.uint8))
         return out
 
 
@@ -165,7 +202,14 @@ class FaceOverlay(Mechanism):
         self.check_inputs(images, generator)
         _check_boxes(self.name, images, boxes)
         n, channels, height, width = images.shape
-        colour = self.fill_value(channels).to(images.device)
-        flat, owner = _flatten_boxes(boxes, images.device)
-        mask = box_mask(flat, owner, n, height, width).unsqueeze(1)
-        return torch.where(mask, colour.view(1, -1, 1, 1), images)
+        colour = self.fill_value(channels)
+        flat, owner = _flatten_boxes(boxes)
+        if images.device.type != "cpu":
+            mask = box_mask(flat, owner, n, height, width, images.device).unsqueeze(1)
+            return torch.where(mask, colour.to(images.device).view(1, -1, 1, 1), images)
+        # On the CPU a box is one slice assignment: cheaper than any whole-image mask.
+        out = images.clone()
+        pixels, value = out.numpy(), colour.numpy()[:, None, None]
+        for (x0, y0, x1, y1), i in zip(torch.trunc(flat).to(torch.int64).tolist(), owner.tolist()):
+            pixels[i, :, max(y0, 0) : max(y1 + 1, 0), max(x0, 0) : max(x1 + 1, 0)] = value
+        return out

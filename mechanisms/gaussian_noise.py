@@ -8,7 +8,7 @@ from bench import rng
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.kernels import kernel
 from bench.registry import register_mechanism
-from mechanisms._ops import draws_by_default, to_uint8
+from mechanisms._ops import chunks, draws_by_default, to_uint8
 
 
 @kernel
@@ -38,6 +38,10 @@ class GaussianNoise(Mechanism):
         self.check_inputs(images, generator)
         if len(images) and draws_by_default(generator, "normal"):
             sigma = torch.tensor(self.config["sigma"], dtype=torch.float32, device=images.device)
-            return _add_noise(images, generator.seeds_on(images.device), sigma)
+            seeds = generator.seeds_on(images.device)
+            out = torch.empty_like(images, memory_format=torch.contiguous_format)
+            for part in chunks(images):
+                out[part] = _add_noise(images[part], seeds[part], sigma)
+            return out
         noise = generator.normal(images.shape[1:]).to(images.device)
         return to_uint8(torch.add(images, noise, alpha=self.config["sigma"], out=noise))

@@ -7,7 +7,7 @@ import torch
 from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
 from bench.registry import register_mechanism
 from mechanisms._dp import image_dp_epsilon_factor, image_dp_levels, image_dp_scale
-from mechanisms._ops import MAX_BLOCK, fill_cells, rounded_cell_means
+from mechanisms._ops import MAX_BLOCK, chunks, draws_by_default, fill_cells, rounded_cell_means
 
 
 @register_mechanism("image_dp")
@@ -51,13 +51,20 @@ class ImageDP(Mechanism):
         self.check_inputs(images, generator)
         block, colours = self.config["block"], self.config["colours"]
         height, width = images.shape[-2:]
-        levels = torch.div(rounded_cell_means(images, block), colours, rounding_mode="floor")
-        if self.config["epsilon"] is not None:
-            noise = generator.laplace(levels.shape[1:]).to(images.device)
-            noisy = noise.mul_(self.noise_scale(height, width)).add_(levels)
-            levels = noisy.add_(0.5).floor_().clamp_(0, self.levels - 1)
-        values = levels.to(torch.int32) * colours + colours // 2
-        return fill_cells(values.clamp_(max=255).to(torch.uint8), block, height, width)
+        out = torch.empty_like(images, memory_format=torch.contiguous_format)
+        # Streams' own draws are per image, so a chunk draws from its images' streams;
+        # a generator that overrides them draws for the whole batch at once.
+        parts = chunks(images) if draws_by_default(generator, "laplace") else [slice(None)]
+        for part in parts:
+            levels = torch.div(rounded_cell_means(images[part], block), colours, rounding_mode="floor")
+            if self.config["epsilon"] is not None:
+                draws = generator[part] if len(parts) > 1 else generator
+                noise = draws.laplace(levels.shape[1:]).to(images.device)
+                noisy = noise.mul_(self.noise_scale(height, width)).add_(levels)
+                levels = noisy.add_(0.5).floor_().clamp_(0, self.levels - 1)
+            values = levels.to(torch.int32) * colours + colours // 2
+            fill_cells(values.clamp_(max=255).to(torch.uint8), block, height, width, out[part])
+        return out
 
     def claim(self) -> PrivacyClaim | None:
         """Returns epsilon-DP between any two images of the same size, or None without noise."""

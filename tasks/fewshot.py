@@ -44,7 +44,9 @@ from bench.nn.images import embed, embed_images, prepare, to_input
 from bench.seeding import derive_seed, make_generator
 from tasks.episodes import EpisodeSampler, episode_accuracies, group_episode_accuracies, mean_ci95, prototypical_loss
 
-MODEL_VERSION = 1
+MODEL_VERSION = 2
+"""2: trained in channels_last memory format (1.3-1.5x faster convolutions on CPU; other float rounding)."""
+CHANNELS_LAST = torch.channels_last
 DENOISER_SETTINGS = ("denoiser_depth", "denoiser_width", "denoiser_init", "denoiser_epochs")
 
 
@@ -278,7 +280,7 @@ class FewShot(Task):
 
         def build() -> torch.nn.Module:
             torch.manual_seed(derive_seed(ctx.seed, self.name, "init"))
-            return Conv4(in_channels=train.images.shape[1]).to(ctx.device)
+            return Conv4(in_channels=train.images.shape[1]).to(ctx.device, memory_format=CHANNELS_LAST)
 
         def train_fn(model: torch.nn.Module) -> dict[str, Any]:
             ctx.log(f"training the {label} few-shot model ({content_key(*key)[:8]})")
@@ -302,7 +304,7 @@ class FewShot(Task):
             model = DenoisingEncoder(denoiser, Conv4(in_channels=channels))
             if cfg.denoiser_init == "noisy":
                 model.encoder.load_state_dict(noisy_model.state_dict())
-            return model.to(ctx.device)
+            return model.to(ctx.device, memory_format=CHANNELS_LAST)
 
         def train_fn(model: DenoisingEncoder) -> dict[str, Any]:
             ctx.log(f"training the denoiser few-shot model ({content_key(*key)[:8]})")
@@ -369,7 +371,7 @@ def train_prototypical(
         model.train()
         for index in sampler.sample(cfg.episodes_per_epoch):
             flat = index.flatten()
-            x = inputs(flat)
+            x = inputs(flat).contiguous(memory_format=CHANNELS_LAST)
             if clean_inputs is None:
                 loss = prototypical_loss(model(x).view(*index.shape, -1), cfg.train_shot)
             else:

@@ -23,7 +23,7 @@ from bench.registry import mechanisms
 from bench.sheets import sample_sheet
 from bench.streams import Streams
 from bench.testing.references import authors_face_blur
-from mechanisms import _ops
+from mechanisms import _blur, _ops
 from mechanisms._dp import dp_pix_scale, image_dp_levels, image_dp_scale
 
 SAMPLE_PHOTO = Path(__import__("matplotlib").__file__).parent / "mpl-data" / "sample_data" / "grace_hopper.jpg"
@@ -155,35 +155,45 @@ def test_packed_cell_sums_do_not_overflow(block):
 # --- blur --------------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["auto", "torch"])
+def blur_backend(request, monkeypatch):
+    """Runs a test with the blur's default backend (Pillow on the CPU) and with its torch code (GPUs)."""
+    if request.param != "auto":
+        monkeypatch.setattr(_blur, "default_backend", lambda device: request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("radius", [0.0, 0.3, 1.0, 1.5, 2.0, 3.0, 4.2, 5.0, 9.0, 25.0])
-def test_blur_matches_pil_on_random_images(radius):
-    for shape in [(2, 3, 23, 17), (1, 1, 9, 31), (1, 3, 2, 3)]:
+def test_blur_matches_pil_on_random_images(radius, blur_backend):
+    for shape in [(2, 3, 23, 17), (1, 1, 9, 31), (1, 3, 2, 3), (2, 2, 7, 5)]:
         x = random_batch(*shape, seed=int(radius * 10))
         out = make("blur", radius=radius).apply(x, generator=streams(shape[0]))
         for i in range(shape[0]):
-            assert_close_to_reference(out[i], pil_blur(hwc(x[i]), radius))
+            for c in range(shape[1]):  # channel by channel: Pillow has no 2-channel mode
+                assert_close_to_reference(out[i, c : c + 1], pil_blur(hwc(x[i, c : c + 1]), radius))
 
 
 @pytest.mark.parametrize("radius", [1.0, 2.0, 3.7, 5.0])
-def test_blur_matches_pil_on_photo_like_images(radius):
+def test_blur_matches_pil_on_photo_like_images(radius, blur_backend):
     x = torch.cat([photo_like_batch(2, 48, 40), real_photo()[:, :, :48, :40]])
     out = make("blur", radius=radius).apply(x, generator=streams(len(x)))
     for i in range(len(x)):
         assert_close_to_reference(out[i], pil_blur(hwc(x[i]), radius))
 
 
-def test_blur_per_image_radii_match_pil():
+@pytest.mark.parametrize("backend", ["pil", "torch"])
+def test_blur_per_image_radii_match_pil(backend):
     x = photo_like_batch(4, 30, 26, seed=3)
     radii = [0.0, 1.3, 4.0, 1.3]
-    out = _ops.gaussian_blur(x, radii)
+    out = _blur.gaussian_blur(x, radii, backend)
     for i, r in enumerate(radii):
         assert_close_to_reference(out[i], pil_blur(hwc(x[i]), r))
 
 
 def test_blur_chunks_large_batches(monkeypatch):
-    monkeypatch.setattr(_ops, "_BLUR_CHUNK_VALUES", 1000)
+    monkeypatch.setattr(_blur, "_BLUR_CHUNK_VALUES", 1000)
     x = random_batch(5, 3, 12, 10)
-    out = _ops.gaussian_blur(x, 2.0)
+    out = _blur.gaussian_blur(x, 2.0, "torch")
     for i in range(5):
         assert_close_to_reference(out[i], pil_blur(hwc(x[i]), 2.0))
 
@@ -326,7 +336,7 @@ def ref_face_overlay(img: np.ndarray, boxes: torch.Tensor, colour) -> np.ndarray
 
 @pytest.mark.parametrize("channels", [3, 1])
 @pytest.mark.parametrize("measure", ["diagonal", "longer_side"])
-def test_face_blur_matches_released_code(channels, measure):
+def test_face_blur_matches_released_code(channels, measure, blur_backend):
     x = photo_like_batch(4, 36, 30, seed=5)[:, :channels].contiguous()
     boxes = face_boxes()
     out = make("face_blur", measure=measure).apply(x, generator=streams(4), boxes=boxes)
@@ -344,7 +354,7 @@ def test_the_released_codes_longer_side_blurs_less_than_the_diagonal():
     assert (longer.float() - x.float()).abs().sum() < (diagonal.float() - x.float()).abs().sum()
 
 
-def test_face_blur_on_a_real_photo():
+def test_face_blur_on_a_real_photo(blur_backend):
     x = real_photo()
     boxes = [torch.tensor([[22.0, 17.0, 45.0, 45.0]])]
     out = make("face_blur").apply(x, generator=streams(1), boxes=boxes)
@@ -533,3 +543,29 @@ def test_bench_mechanisms_show_command_on_synth_faces(tmp_path, monkeypatch):
     assert main(args) == 0 and out.is_file()
     assert main(["mechanisms", "show", "pixelate", "--param", "block=0", "--out", str(out), "--cache-dir", str(tmp_path)]) == 2
 
+
+
+# --- chunked batches and the device paths --------------------------------------------------
+
+
+@pytest.mark.parametrize("name,params", [("pixelate", {"block": 4}), ("dp_pix", {"epsilon": 2.0, "block": 4}),
+                                         ("gaussian_noise", {"sigma": 30.0}), ("image_dp", {"epsilon": 5.0})])
+def test_chunked_batches_give_the_unchunked_images(name, params, monkeypatch):
+    x = random_batch(7, 3, 16, 12, seed=4)
+    whole = make(name, **params).apply(x, generator=streams(7))
+    monkeypatch.setattr(_ops, "CHUNK_VALUES", 2 * x[0].numel())  # chunks of 2 images, a ragged last one
+    assert len(_ops.chunks(x)) == 4
+    assert torch.equal(make(name, **params).apply(x, generator=streams(7)), whole)
+
+
+def test_face_overlay_mask_path_equals_the_slice_path():
+    """The whole-image mask (GPUs) and the per-box slices (CPU) cover the same pixels."""
+    from mechanisms.face import _flatten_boxes, box_mask
+
+    x = photo_like_batch(4, 36, 30, seed=6)
+    boxes = face_boxes()
+    mech = make("face_overlay")
+    flat, owner = _flatten_boxes(boxes)
+    mask = box_mask(flat, owner, 4, 36, 30).unsqueeze(1)
+    masked = torch.where(mask, mech.fill_value(3).view(1, -1, 1, 1), x)
+    assert torch.equal(mech.apply(x, generator=streams(4), boxes=boxes), masked)
