@@ -45,6 +45,7 @@ from pathlib import Path
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
+import bench  # noqa: F401  # first, as the CLI imports it: torch then puts large tensors on huge pages
 import numpy as np
 import PIL
 import torch

@@ -7,8 +7,6 @@ import itertools
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import torch
-
 from bench.errors import BenchError
 from bench.params import parse_assignments
 
@@ -90,6 +88,8 @@ def settings(params: Mapping[str, Any], sweep: Mapping[str, Sequence[Any]]) -> l
 
 
 def _sample(images: torch.Tensor, n: int) -> torch.Tensor:
+    import torch
+
     index = torch.linspace(0, len(images) - 1, min(n, len(images))).round().long()
     return index
 
@@ -179,6 +179,8 @@ def show_mechanism(
         from bench.faces import detect_boxes
 
         boxes = detect_boxes(images.images, device)
+    import torch
+
     device = torch.device(device)
     ctx = RunContext(device=device, seed=seed, profile="smoke", data_root=data_root, cache_dir=cache_dir)
     batch = images.images.to(device)

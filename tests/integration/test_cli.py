@@ -119,3 +119,11 @@ def test_console_script_usage_error_is_one_line(tmp_path):
                           env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "--task" in proc.stderr
+
+
+def test_help_imports_neither_torch_nor_numpy():
+    """``bench --help`` (every command's options) starts without the heavy libraries."""
+    code = ("import sys\nfrom bench.cli import build_parser\nbuild_parser().format_help()\n"
+            "print(sorted(m for m in ('torch', 'numpy', 'mlflow', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
