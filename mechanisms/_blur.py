@@ -159,7 +159,7 @@ def pil_map(images: torch.Tensor, rows: np.ndarray, fn: Callable[[int, Image.Ima
         rows: Indices of the images to map; the others are copied unchanged.
         fn: Maps an image index and a Pillow image to a Pillow image of the same mode and size.
     """
-    source = images.cpu().numpy()
+    source = images.cpu().contiguous().numpy()
     target = np.empty_like(source)
     untouched = np.ones(len(source), dtype=bool)
     untouched[rows] = False
