@@ -165,16 +165,19 @@ def pil_map(images: torch.Tensor, rows: np.ndarray, fn: Callable[[int, Image.Ima
     untouched[rows] = False
     if untouched.any():
         target[untouched] = source[untouched]
-    rgb = source.shape[1] == 3
+    _, channels, height, width = source.shape
+    rgb, size = channels == 3, (width, height)
 
+    # frombytes/tobytes: the same pixels as fromarray/asarray, with less Python under the GIL.
     def work(part: np.ndarray) -> None:
         for i in part.tolist():
             if rgb:
-                image = Image.fromarray(np.ascontiguousarray(source[i].transpose(1, 2, 0)))
-                target[i] = np.asarray(fn(i, image)).transpose(2, 0, 1)
+                image = fn(i, Image.frombytes("RGB", size, source[i].transpose(1, 2, 0).tobytes()))
+                target[i] = np.frombuffer(image.tobytes(), np.uint8).reshape(height, width, 3).transpose(2, 0, 1)
                 continue
-            for c in range(source.shape[1]):
-                target[i, c] = np.asarray(fn(i, Image.fromarray(source[i, c])))
+            for c in range(channels):
+                image = fn(i, Image.frombytes("L", size, source[i, c].tobytes()))
+                target[i, c] = np.frombuffer(image.tobytes(), np.uint8).reshape(height, width)
 
     rows = np.asarray(rows)
     threads = max(1, min(torch.get_num_threads(), len(rows)))
