@@ -144,25 +144,24 @@ class FaceBlur(Mechanism):
         """Returns the batch with faces blurred."""
         self.check_inputs(images, generator)
         _check_boxes(self.name, images, boxes)
-        n, _, height, width = images.shape
+        height, width = images.shape[-2:]
         flat, owner = _flatten_boxes(boxes)
-        out = images.clone()
         if not len(flat):
-            return out
+            return images.clone()
         diag = _box_sizes(flat, self.config["measure"])
         grown = flat + torch.stack([-diag, -diag, diag, diag], 1) / 10
-        radius = torch.zeros(n, dtype=torch.float64).scatter_reduce_(0, owner, diag, "amax") / 10
-        faces = (radius > 0).nonzero().flatten()
-        on_faces = torch.isin(owner, faces)
-        where = torch.searchsorted(faces, owner[on_faces])
-        mask = box_mask(grown[on_faces], where, len(faces), height, width, images.device)
+        # Every kept box has a positive size, so the images to blur are the boxes' owners.
+        faces, where = torch.unique(owner, return_inverse=True)
+        radius = torch.zeros(len(faces), dtype=torch.float64).scatter_reduce_(0, where, diag, "amax") / 10
+        mask = box_mask(grown, where, len(faces), height, width, images.device)
         keep = (~mask).to(torch.uint8).mul_(255).unsqueeze(1)
         if default_backend(images.device) == "pil":
-            return _pil_face_blur(images, keep, faces, radius[faces])
-        keep = gaussian_blur(keep, radius[faces]).to(torch.int32)
+            return _pil_face_blur(images, keep, faces, radius)
+        keep = gaussian_blur(keep, radius).to(torch.int32)
         rows = faces.to(images.device, non_blocking=True)
         chosen = images.index_select(0, rows)
-        blurred = gaussian_blur(chosen, radius[faces]).to(torch.int32)
+        blurred = gaussian_blur(chosen, radius).to(torch.int32)
+        out = images.clone()
         out.index_copy_(0, rows, _div255(blurred * (255 - keep) + chosen.to(torch.int32) * keep).to(torch.uint8))
         return out
 
