@@ -245,7 +245,8 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         attacks={name: dict(o.metrics) for name, o in outcomes.items()}, privacy=privacy,
         privacy_score=scores.worst(privacy.values()), privacy_flags=flags, eval_split=cfg.split,
         claim=release.claim.to_dict() if release.claim else None,
-        runtime_s=time.perf_counter() - started, versions={**versions(), "kernels": release.kernels},
+        runtime_s=time.perf_counter() - started, versions={**versions(), "kernels": release.kernels,
+                                                           **cpu_threads(plan_.device)},
         git_sha=git_sha(),
         dataset_fingerprint=clean.fingerprint, synthetic=clean.synthetic, device=str(plan_.device),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -366,6 +367,12 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[package] = "absent"
     return out
+
+
+def cpu_threads(device: torch.device) -> dict[str, str]:
+    """Returns ``{"cpu_threads": N}`` for a CPU cell: torch's intra-op threads split float sums, so a
+    cell computed on 1 thread (a grid worker's share of 2 cores) and on 2 differs slightly."""
+    return {"cpu_threads": str(torch.get_num_threads())} if device.type == "cpu" else {}
 
 
 @lru_cache(maxsize=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 import bench
 from bench.errors import BenchError
@@ -109,6 +110,8 @@ def test_mlflow_carries_task_and_attack_settings_as_params(ran):
     (dataset,) = run.inputs.dataset_inputs
     assert dataset.dataset.name == "synth_faces" and dataset.dataset.digest == result.dataset_fingerprint[:36]
     assert dataset.dataset.source_type == "synthetic"
+    # The CPU cell's intra-op threads, which its float sums depend on.
+    assert run.data.tags["bench.version.cpu_threads"] == result.versions["cpu_threads"] == str(torch.get_num_threads())
 
 
 def test_a_copied_results_directory_reads_its_own_artifacts_after_relocate(ran, tmp_path, capsys):
