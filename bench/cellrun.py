@@ -58,6 +58,7 @@ def execute(
     Raises:
         Whatever the computation raised, after its run was marked FAILED (or KILLED).
     """
+    from bench.cpus import fit_torch_threads
     from bench.grid import CellOutcome, cell_label
     from bench.runner import cell_artifacts, run_cell
 
@@ -77,6 +78,7 @@ def execute(
                     "seed": cfg.seed, "profile": cfg.profile}
         run_id = tracker.start_cell(key, identity, lock)
         try:
+            fit_torch_threads()  # no more intra-op threads than CPUs this process may use
             output = run_cell(planned, log, progress)
             configs, artifacts = cell_artifacts(output, planned)
             tracker.finish_cell(run_id, output.result, configs, artifacts, output.curves)

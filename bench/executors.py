@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from bench.cpus import usable_cpus
 from bench.errors import BenchError
 from bench.grid import Cell, CellOutcome
 
@@ -108,8 +109,8 @@ def worker_count(cells: Sequence[Cell], config: ExecutorConfig) -> int | None:
 
 
 def default_cpu_workers() -> int:
-    """Returns the default number of CPU workers: min(4, cores)."""
-    return max(1, min(4, os.cpu_count() or 1))
+    """Returns the default number of CPU workers: min(4, usable CPUs)."""
+    return max(1, min(4, usable_cpus()))
 
 
 # --- one cell -------------------------------------------------------------------------------
@@ -220,7 +221,8 @@ def _run_local(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[Cel
 def slots(device: str, workers: int | None) -> list[Slot]:
     """Returns one slot per worker: one per visible GPU, else ``workers`` CPU workers.
 
-    CPU workers share the cores evenly (torch threads = cores // workers, at least 1).
+    CPU workers share the usable CPUs evenly (:mod:`bench.cpus`: affinity and cgroup quota;
+    torch threads = CPUs // workers, at least 1).
 
     Raises:
         BenchError: A CUDA device was asked for and none is visible, or a bad worker count.
@@ -230,7 +232,7 @@ def slots(device: str, workers: int | None) -> list[Slot]:
     gpus = _visible_gpus() if device != "cpu" else []
     if device.startswith("cuda") and not gpus:
         raise BenchError(f"--device {device}: CUDA is not available on this machine (use --device cpu or auto)")
-    cores = os.cpu_count() or 1
+    cores = usable_cpus()
     if gpus:
         chosen = gpus[: workers] if workers else gpus
         return [Slot("cuda", gpu, max(1, cores // len(chosen))) for gpu in chosen]

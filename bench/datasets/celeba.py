@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from bench.cpus import usable_cpus
 from bench.datasets.base import (
     DataShape,
     Dataset,
@@ -429,7 +429,7 @@ def decode(folder: Path, names: Sequence[str], crop: int | None, size: int) -> t
         rgb = rgb.crop((left, top, left + w, top + h)).resize((size, size), Image.BILINEAR)
         out[i] = torch.from_numpy(np.array(rgb)).permute(2, 0, 1)
 
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=min(8, usable_cpus())) as pool:
         for _ in pool.map(work, range(len(names))):
             pass
     return out, sizes

@@ -17,7 +17,6 @@ byte-identical duplicates across splits (:func:`warn_about` prints them).
 from __future__ import annotations
 
 import io
-import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from bench.cpus import usable_cpus
 from bench.errors import BenchError
 
 CHUNK = 256
@@ -179,7 +179,7 @@ def decode_stream(items: Iterable[tuple[str, bytes | Path]], size: Sequence[int]
     Raises:
         BenchError: An image cannot be read; the message names it.
     """
-    workers = max(1, min(4, os.cpu_count() or 1))
+    workers = max(1, min(4, usable_cpus()))
     with warnings.catch_warnings(), ThreadPoolExecutor(max_workers=workers) as pool:
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # huge photos are fine; bombs still fail
         batch: list[tuple[str, bytes | Path]] = []

@@ -19,7 +19,6 @@ to every image of the identity, -1 where an identity has no annotation.
 from __future__ import annotations
 
 import csv
-import os
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from bench.cpus import usable_cpus
 from bench.datasets.base import (
     DataShape,
     Dataset,
@@ -238,7 +238,7 @@ def decode_images(paths: Sequence[Path], size: tuple[int, int], desc: str = "dec
         except (OSError, ValueError) as exc:
             raise BenchError(f"cannot decode image {paths[i]}: {exc}") from None
 
-    workers = min(8, os.cpu_count() or 1)
+    workers = min(8, usable_cpus())
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for _ in _progress(pool.map(read, range(len(paths))), len(paths), desc):
             pass

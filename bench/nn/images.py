@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
 import torch.utils.data
+
+from bench.cpus import usable_cpus
 
 
 def to_input(images: torch.Tensor, size: int | tuple[int, int] | None, device: torch.device) -> torch.Tensor:
@@ -53,7 +54,7 @@ def image_batches(images: Any, batch: int, device: torch.device | str, workers: 
         return
     from torch.utils.data import DataLoader
 
-    workers = min(2, max(0, (os.cpu_count() or 1) - 1)) if workers is None else workers
+    workers = min(2, max(0, usable_cpus() - 1)) if workers is None else workers
     loader = DataLoader(_Ranges(images, batch), batch_size=None, num_workers=workers,
                         pin_memory=device.type == "cuda", prefetch_factor=2 if workers else None,
                         worker_init_fn=_fixed_mmap_threshold if workers else None)

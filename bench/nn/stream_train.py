@@ -14,7 +14,6 @@ averages the gradients, so a step sees the same images as one process would.
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -24,6 +23,7 @@ import torch.nn.functional as F
 import torch.utils.data
 
 from bench.config import setting
+from bench.cpus import usable_cpus
 from bench.curves import EpochValues
 from bench.interfaces import RunContext
 from bench.nn.images import _fixed_mmap_threshold, image_batches, to_input
@@ -202,7 +202,7 @@ def _read_batches(images: Any, order: torch.Tensor) -> Iterator[torch.Tensor]:
         for row in order:
             yield images[row]
         return
-    workers = min(2, max(0, (os.cpu_count() or 1) - 1))
+    workers = min(2, max(0, usable_cpus() - 1))
     loader = torch.utils.data.DataLoader(_Gather(images, order), batch_size=None, num_workers=workers,
                                          prefetch_factor=2 if workers else None,
                                          worker_init_fn=_fixed_mmap_threshold if workers else None)
