@@ -39,8 +39,9 @@ def fit_torch_threads() -> int:
     """
     import torch
 
-    threads = min(torch.get_num_threads(), usable_cpus())
-    if threads != torch.get_num_threads():
+    current = torch.get_num_threads()
+    threads = min(current, usable_cpus())
+    if threads != current:
         torch.set_num_threads(threads)
     return threads
 

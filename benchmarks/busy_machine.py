@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.cpus import usable_cpus
+
 ROOT = Path(__file__).resolve().parents[1]
 
 WORKLOAD = r"""
@@ -75,10 +77,10 @@ def measure(threads: int, episodes: int, repeats: int, policy: str | None) -> fl
 
 def main() -> None:
     """Measures quiet and busy, for both wait policies, and prints the table."""
-    cores = os.cpu_count() or 1
+    cores = usable_cpus()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=cores, help="torch threads of the training (default: cores)")
-    parser.add_argument("--hogs", type=int, default=cores, help="busy processes beside it (default: cores)")
+    parser.add_argument("--threads", type=int, default=cores, help="torch threads of training (default: usable CPUs)")
+    parser.add_argument("--hogs", type=int, default=cores, help="busy processes beside it (default: usable CPUs)")
     parser.add_argument("--episodes", type=int, default=12, help="episodes per timed repeat")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (the best counts)")
     args = parser.parse_args()

@@ -53,8 +53,9 @@ def run_data_parallel(processes: int, device: torch.device, fn: Callable[..., An
 
 def _worker(rank: int, world: int, device_type: str, backend: str, folder: Path, fn: Callable[..., Any],
             args: tuple[Any, ...]) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // world)))
-    torch.set_num_threads(max(1, usable_cpus() // world))
+    share = max(1, usable_cpus() // world)
+    os.environ.setdefault("OMP_NUM_THREADS", str(share))
+    torch.set_num_threads(share)
     device = torch.device(f"cuda:{rank}") if device_type == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
