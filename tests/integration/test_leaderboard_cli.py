@@ -200,7 +200,8 @@ def test_show_user_errors_are_one_line(capsys, board, tmp_path):
 
 def test_serve_answers_on_loopback(board):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench", *lb(board, "serve", "--port", "0", "--out", str(board["site"]), "--rebuild")],
+        [sys.executable, "-X", "faulthandler", "-m", "bench",
+         *lb(board, "serve", "--port", "0", "--out", str(board["site"]), "--rebuild")],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -219,8 +220,10 @@ def test_serve_answers_on_loopback(board):
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            proc.kill()
-    assert proc.returncode == 0
+            proc.send_signal(signal.SIGABRT)  # faulthandler writes every thread's stack to stderr
+            proc.wait(timeout=30)
+    err = proc.stderr.read()
+    assert proc.returncode == 0, err
 
 
 def report_argv(board, *argv: str) -> list[str]:
