@@ -1,23 +1,21 @@
 """Gaussian blur with the semantics of Pillow's ``ImageFilter.GaussianBlur``, bit for bit.
 
 Pillow runs three extended box passes along x, then three along y, each rounding to 8
-bits with edge pixels replicated. On the CPU every image goes through Pillow itself (the
-reference semantics, and faster there than any batched rewrite: its box blur is one pass
-of running sums, and it releases the GIL, so images are spread over a pool of torch's
-thread count); on other devices the same integer arithmetic runs as batched torch code,
-chunk by chunk, with the grouping by box radius decided on the host before any kernel
-runs (no device-to-host synchronisation).
+bits with edge pixels replicated. On the CPU the images go through Pillow itself
+(:mod:`mechanisms._pil_blur`); on other devices the same integer arithmetic runs as
+batched torch code, chunk by chunk, with the grouping by box radius decided on the host
+before any kernel runs (no device-to-host synchronisation).
 """
 
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
-from PIL import Image, ImageFilter
+
+from mechanisms._pil_blur import pil_blend, pil_blur
 
 BACKENDS = ("auto", "pil", "torch")
 """``auto``: Pillow on the CPU, torch elsewhere; ``pil`` and ``torch`` force one (tests)."""
@@ -146,47 +144,41 @@ def _torch_blur(images: torch.Tensor, table: np.ndarray, changed: np.ndarray) ->
     return out
 
 
-def pil_map(images: torch.Tensor, rows: np.ndarray, fn: Callable[[int, Image.Image], Image.Image]) -> torch.Tensor:
-    """Returns a CPU copy of ``images`` in which every image ``i`` of ``rows`` is ``fn(i, image)``.
+def _div255(values: torch.Tensor) -> torch.Tensor:
+    """Pillow's exact rounding of v / 255 for v in [0, 255^2], in place."""
+    values += 128
+    values += values >> 8
+    return values.bitwise_right_shift_(8)
 
-    RGB images go to ``fn`` whole (mode ``RGB``), any other channel count plane by plane
-    (mode ``L``). Images are converted one at a time inside a pool of torch's thread count
-    (Pillow releases the GIL while it filters): no whole-batch copy, and no torch parallel
-    region whose spinning threads would take the cores from the pool.
+
+def blend_blurred(images: torch.Tensor, keep: torch.Tensor, rows: torch.Tensor, radius: torch.Tensor,
+                  backend: str = "auto") -> torch.Tensor:
+    """Blends images with their blur through blurred masks, as Pillow's ``Image.composite`` does.
+
+    Image ``rows[j]`` becomes ``(I_b (255 - M_b) + I M_b) / 255`` (Pillow's rounding), where
+    ``I_b`` and ``M_b`` are the image and ``keep[j]`` blurred by ``GaussianBlur(radius[j])``.
 
     Args:
         images: uint8 [N, C, H, W].
-        rows: Indices of the images to map; the others are copied unchanged.
-        fn: Maps an image index and a Pillow image to a Pillow image of the same mode and size.
+        keep: uint8 [F, 1, H, W] masks, 255 where the image stays as it is.
+        rows: int64 [F] distinct indices of the images to blend, on the host.
+        radius: float64 [F] their blur radii, on the host.
+        backend: One of :data:`BACKENDS`.
+
+    Returns:
+        uint8 [N, C, H, W], a new tensor; the other images unchanged.
     """
-    source = images.cpu().contiguous().numpy()
-    target = np.empty_like(source)
-    untouched = np.ones(len(source), dtype=bool)
-    untouched[rows] = False
-    if untouched.any():
-        target[untouched] = source[untouched]
-    _, channels, height, width = source.shape
-    rgb, size = channels == 3, (width, height)
-
-    # frombytes/tobytes: the same pixels as fromarray/asarray, with less Python under the GIL.
-    def work(part: np.ndarray) -> None:
-        for i in part.tolist():
-            if rgb:
-                image = fn(i, Image.frombytes("RGB", size, source[i].transpose(1, 2, 0).tobytes()))
-                target[i] = np.frombuffer(image.tobytes(), np.uint8).reshape(height, width, 3).transpose(2, 0, 1)
-                continue
-            for c in range(channels):
-                image = fn(i, Image.frombytes("L", size, source[i, c].tobytes()))
-                target[i, c] = np.frombuffer(image.tobytes(), np.uint8).reshape(height, width)
-
-    rows = np.asarray(rows)
-    threads = max(1, min(torch.get_num_threads(), len(rows)))
-    if threads == 1:
-        work(rows)
-    else:
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(work, np.array_split(rows, threads)))
-    return torch.from_numpy(target)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if (default_backend(images.device) if backend == "auto" else backend) == "pil":
+        return pil_blend(images.cpu(), keep.cpu(), rows.numpy(), radius.numpy()).to(images.device)
+    index = rows.to(images.device, non_blocking=True)
+    chosen = images.index_select(0, index)
+    # The mask is blurred as one more channel of its image: one blur for both.
+    both = gaussian_blur(torch.cat([chosen, keep], 1), radius, "torch").to(torch.int32)
+    soft = both[:, -1:]
+    mixed = both[:, :-1].mul_(255 - soft).addcmul_(chosen.to(torch.int32), soft)
+    return images.clone().index_copy_(0, index, _div255(mixed).to(torch.uint8))
 
 
 def default_backend(device: torch.device) -> str:
@@ -218,6 +210,5 @@ def gaussian_blur(
     if backend == "auto":
         backend = default_backend(images.device)
     if backend == "pil":
-        filters = [ImageFilter.GaussianBlur(float(r)) for r in radii]
-        return pil_map(images, np.flatnonzero(changed), lambda i, image: image.filter(filters[i])).to(images.device)
+        return pil_blur(images.cpu(), radii, changed).to(images.device)
     return _torch_blur(images, table, changed)

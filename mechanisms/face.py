@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
-from PIL import Image, ImageFilter
 
 from bench.errors import BenchError
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.registry import register_mechanism
-from mechanisms._blur import default_backend, gaussian_blur, pil_map
+from mechanisms._blur import blend_blurred
 
 OVERLAY_COLOURS: dict[str, tuple[float, float, float]] = {
     "mean": (0.485 * 255, 0.456 * 255, 0.406 * 255),
@@ -89,33 +86,6 @@ def box_mask(flat: torch.Tensor, owner: torch.Tensor, n: int, height: int, width
     return mask
 
 
-def _div255(values: torch.Tensor) -> torch.Tensor:
-    """Pillow's exact rounding of v / 255 for v in [0, 255^2]."""
-    t = values + 128
-    return ((t >> 8) + t) >> 8
-
-
-def _pil_face_blur(images: torch.Tensor, keep: torch.Tensor, faces: torch.Tensor, radius: torch.Tensor) -> torch.Tensor:
-    """Blurs and composites image by image through Pillow (CPU), as the authors' released code.
-
-    Args:
-        images: uint8 [N, C, H, W].
-        keep: uint8 [F, 1, H, W] masks of the images with faces, 255 outside the grown boxes.
-        faces: int64 [F] indices of those images.
-        radius: float64 [F] their blur radii.
-    """
-    slot = {int(i): j for j, i in enumerate(faces.tolist())}
-    masks = keep[:, 0].cpu().numpy()
-    filters = [ImageFilter.GaussianBlur(float(r)) for r in radius.tolist()]
-
-    def blur(i: int, image: Image.Image) -> Image.Image:
-        j = slot[i]
-        soft = Image.fromarray(masks[j]).filter(filters[j])
-        return Image.composite(image, image.filter(filters[j]), soft)
-
-    return pil_map(images, faces.numpy(), blur).to(images.device)
-
-
 @register_mechanism("face_blur")
 class FaceBlur(Mechanism):
     """Blurs faces with a soft mask (ImageNet face-obfuscation paper, Appendix B).
@@ -155,15 +125,7 @@ class FaceBlur(Mechanism):
         radius = torch.zeros(len(faces), dtype=torch.float64).scatter_reduce_(0, where, diag, "amax") / 10
         mask = box_mask(grown, where, len(faces), height, width, images.device)
         keep = (~mask).to(torch.uint8).mul_(255).unsqueeze(1)
-        if default_backend(images.device) == "pil":
-            return _pil_face_blur(images, keep, faces, radius)
-        keep = gaussian_blur(keep, radius).to(torch.int32)
-        rows = faces.to(images.device, non_blocking=True)
-        chosen = images.index_select(0, rows)
-        blurred = gaussian_blur(chosen, radius).to(torch.int32)
-        out = images.clone()
-        out.index_copy_(0, rows, _div255(blurred * (255 - keep) + chosen.to(torch.int32) * keep).to(torch.uint8))
-        return out
+        return blend_blurred(images, keep, faces, radius)
 
 
 @register_mechanism("face_overlay")

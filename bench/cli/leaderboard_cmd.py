@@ -137,11 +137,18 @@ def serve_cmd(args: argparse.Namespace) -> int:
         build_site_from(args)
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
+        timeout = 10  # a client that stops reading cannot hold the server open
+
         def log_message(self, format, *values):
             pass
 
+    class Server(http.server.ThreadingHTTPServer):
+        # Ctrl-C waits for the requests in flight: no handler thread is left running while
+        # the interpreter shuts down.
+        daemon_threads = False
+
     try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), functools.partial(Quiet, directory=str(out)))
+        server = Server(("127.0.0.1", args.port), functools.partial(Quiet, directory=str(out)))
     except OSError as exc:
         raise BenchError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}") from None
     print(f"serving {out} at http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)

@@ -23,7 +23,7 @@ from bench.registry import mechanisms
 from bench.sheets import sample_sheet
 from bench.streams import Streams
 from bench.testing.references import authors_face_blur
-from mechanisms import _blur, _ops
+from mechanisms import _blur, _ops, _pil_blur
 from mechanisms._dp import dp_pix_scale, image_dp_levels, image_dp_scale
 
 SAMPLE_PHOTO = Path(__import__("matplotlib").__file__).parent / "mpl-data" / "sample_data" / "grace_hopper.jpg"
@@ -190,12 +190,25 @@ def test_blur_per_image_radii_match_pil(backend):
         assert_close_to_reference(out[i], pil_blur(hwc(x[i]), r))
 
 
-def test_blur_chunks_large_batches(monkeypatch):
+@pytest.mark.parametrize("backend", ["pil", "torch"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blur_chunks_large_batches(monkeypatch, backend, threads):
     monkeypatch.setattr(_blur, "_BLUR_CHUNK_VALUES", 1000)
-    x = random_batch(5, 3, 12, 10)
-    out = _blur.gaussian_blur(x, 2.0, "torch")
-    for i in range(5):
-        assert_close_to_reference(out[i], pil_blur(hwc(x[i]), 2.0))
+    monkeypatch.setattr(_pil_blur, "CHUNK_VALUES", 1000)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    x = random_batch(7, 3, 12, 10)
+    radii = [2.0, 2.0, 0.0, 2.0, 7.5, 2.0, 2.0]  # runs of 2 and 3 planes-stacked, single images band by band
+    out = _blur.gaussian_blur(x, radii, backend)
+    for i, r in enumerate(radii):
+        assert_close_to_reference(out[i], pil_blur(hwc(x[i]), r))
+
+
+def test_pil_plan_stacks_runs_of_one_radius_and_leaves_single_images_alone():
+    radii = np.array([2.0, 2.0, 0.0, 2.0, 2.0, 2.0, 7.5, 2.0, 0.0, 7.5])
+    runs, singles = _pil_blur.plan(radii, radii > 0)
+    assert runs == [(2.0, 0, 2), (2.0, 3, 6)] and singles.tolist() == [6, 7, 9]
+    assert _pil_blur._step(400, 21, threads=2) == 11 and _pil_blur._step(400, 21, threads=4) == 6
+    assert _pil_blur._step(1 << 19, 21, threads=1) == 2 and _pil_blur._step(1 << 21, 21, threads=1) == 1
 
 
 # --- dp_pix ------------------------------------------------------------------------------
@@ -343,6 +356,17 @@ def test_face_blur_matches_released_code(channels, measure, blur_backend):
     for i in range(4):
         assert_close_to_reference(out[i], ref_face_blur(hwc(x[i]), boxes[i], measure))
     assert torch.equal(out[2], x[2])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_face_blur_pieces_of_several_images_match_released_code(monkeypatch, threads):
+    monkeypatch.setattr(_pil_blur, "CHUNK_VALUES", 9000)  # pieces of two 4-band 36x30 images
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    x = photo_like_batch(7, 36, 30, seed=9)
+    boxes = [face_boxes()[0]] * 3 + face_boxes()[1:3] + [face_boxes()[0]] * 2
+    out = make("face_blur").apply(x, generator=streams(7), boxes=boxes)
+    for i in range(7):
+        assert_close_to_reference(out[i], ref_face_blur(hwc(x[i]), boxes[i]))
 
 
 def test_the_released_codes_longer_side_blurs_less_than_the_diagonal():
