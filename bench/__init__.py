@@ -4,16 +4,11 @@ Importing this package is cheap on purpose: heavy modules (torch models, MLflow,
 datasets) are imported where they are used.
 """
 
-import os
+from bench._memory import tune_allocator
 
 __version__ = "0.1.0"
 
-# Large CPU tensors (a batch's release, a mechanism's output) on transparent huge pages:
-# a fresh 2 MB page faults once where 512 small ones fault each, which made a mechanism's
-# cost per value grow with the batch. PyTorch reads this once, at its first allocation, so
-# it counts where bench is imported before torch (the CLI, grid workers); THP_MEM_ALLOC_ENABLE=0
-# turns it off. It changes where memory lies, never a value.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+tune_allocator()  # huge pages and reused buffers for large CPU tensors: see bench/_memory.py
 
 #: Marks the top-level packages as PrivBench's own (``tasks``, ``attacks`` and
 #: ``leaderboard`` are generic import names that another distribution could shadow).
