@@ -39,8 +39,10 @@ def _flatten_boxes(boxes: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tenso
     Box geometry is a few numbers per image: it stays on the host, so that deciding what
     to draw never waits for the device.
     """
-    counts = torch.tensor([len(b) for b in boxes], dtype=torch.int64)
-    flat = torch.cat([b.detach().to("cpu", torch.float64).reshape(-1, 4) for b in boxes]) if boxes else torch.zeros(0, 4, dtype=torch.float64)
+    counts = torch.tensor([b.shape[0] for b in boxes], dtype=torch.int64)
+    # One cat and one copy for the batch (the boxes are checked [k, 4]); float32 and int
+    # coordinates are exact in float64, so converting after the cat changes nothing.
+    flat = torch.cat(boxes).detach().to("cpu", torch.float64) if boxes else torch.zeros(0, 4, dtype=torch.float64)
     owner = torch.repeat_interleave(torch.arange(len(boxes)), counts)
     keep = (flat[:, 0] < flat[:, 2]) & (flat[:, 1] < flat[:, 3])
     return flat[keep], owner[keep]
@@ -171,6 +173,8 @@ class FaceOverlay(Mechanism):
         # On the CPU a box is one slice assignment: cheaper than any whole-image mask.
         out = images.clone()
         pixels, value = out.numpy(), colour.numpy()[:, None, None]
-        for (x0, y0, x1, y1), i in zip(torch.trunc(flat).to(torch.int64).tolist(), owner.tolist()):
-            pixels[i, :, max(y0, 0) : max(y1 + 1, 0), max(x0, 0) : max(x1 + 1, 0)] = value
+        # Truncated corners, ends included (ImageDraw), clipped at 0 (slices clip the far side).
+        spans = (torch.trunc(flat).to(torch.int64) + torch.tensor([0, 0, 1, 1])).clamp_(min=0).tolist()
+        for (x0, y0, x1, y1), i in zip(spans, owner.tolist()):
+            pixels[i, :, y0:y1, x0:x1] = value
         return out
