@@ -66,6 +66,7 @@ def blur_bands(image: np.ndarray, radius: float) -> None:
 
 
 def _spans(first: int, end: int, step: int) -> list[tuple[int, int]]:
+    """Cuts [first, end) into spans of ``step``."""
     return [(a, min(a + step, end)) for a in range(first, end, step)]
 
 
@@ -82,8 +83,10 @@ def plan(radii: np.ndarray, changed: np.ndarray) -> tuple[list[tuple[float, int,
         images whose run is themselves alone).
     """
     index = np.flatnonzero(changed)
-    breaks = np.flatnonzero((np.diff(index) != 1) | (radii[index[1:]] != radii[index[:-1]])) + 1
     runs, singles = [], []
+    if not len(index):
+        return runs, np.array(singles, dtype=np.int64)
+    breaks = np.flatnonzero((np.diff(index) != 1) | (radii[index[1:]] != radii[index[:-1]])) + 1
     for run in np.split(index, breaks):
         if len(run) == 1:
             singles.append(int(run[0]))

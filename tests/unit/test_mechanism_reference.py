@@ -207,6 +207,8 @@ def test_pil_plan_stacks_runs_of_one_radius_and_leaves_single_images_alone():
     radii = np.array([2.0, 2.0, 0.0, 2.0, 2.0, 2.0, 7.5, 2.0, 0.0, 7.5])
     runs, singles = _pil_blur.plan(radii, radii > 0)
     assert runs == [(2.0, 0, 2), (2.0, 3, 6)] and singles.tolist() == [6, 7, 9]
+    runs, singles = _pil_blur.plan(radii, radii < 0)
+    assert runs == [] and singles.tolist() == []
     assert _pil_blur._step(400, 21, threads=2) == 11 and _pil_blur._step(400, 21, threads=4) == 6
     assert _pil_blur._step(1 << 19, 21, threads=1) == 2 and _pil_blur._step(1 << 21, 21, threads=1) == 1
 
