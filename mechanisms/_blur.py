@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from mechanisms._pil_blur import pil_blend, pil_blur
+from mechanisms._pil_blur import div255_, pil_blend, pil_blur
 
 BACKENDS = ("auto", "pil", "torch")
 """``auto``: Pillow on the CPU, torch elsewhere; ``pil`` and ``torch`` force one (tests)."""
@@ -144,13 +144,6 @@ def _torch_blur(images: torch.Tensor, table: np.ndarray, changed: np.ndarray) ->
     return out
 
 
-def _div255(values: torch.Tensor) -> torch.Tensor:
-    """Pillow's exact rounding of v / 255 for v in [0, 255^2], in place."""
-    values += 128
-    values += values >> 8
-    return values.bitwise_right_shift_(8)
-
-
 def blend_blurred(images: torch.Tensor, keep: torch.Tensor, rows: torch.Tensor, radius: torch.Tensor,
                   backend: str = "auto") -> torch.Tensor:
     """Blends images with their blur through blurred masks, as Pillow's ``Image.composite`` does.
@@ -178,7 +171,7 @@ def blend_blurred(images: torch.Tensor, keep: torch.Tensor, rows: torch.Tensor, 
     both = gaussian_blur(torch.cat([chosen, keep], 1), radius, "torch").to(torch.int32)
     soft = both[:, -1:]
     mixed = both[:, :-1].mul_(255 - soft).addcmul_(chosen.to(torch.int32), soft)
-    return images.clone().index_copy_(0, index, _div255(mixed).to(torch.uint8))
+    return images.clone().index_copy_(0, index, div255_(mixed).to(torch.uint8))
 
 
 def default_backend(device: torch.device) -> str:

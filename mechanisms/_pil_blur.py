@@ -29,6 +29,14 @@ CHUNK_VALUES = 1 << 20
 _BAND_MODES = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
 
 
+def div255_(values: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
+    """Pillow's exact rounding of v / 255 for v in [0, 255^2], in place (fits uint16 throughout)."""
+    values += 128
+    values += values >> 8
+    values >>= 8
+    return values
+
+
 def blur_planes(planes: np.ndarray, radius: float) -> np.ndarray:
     """Blurs every plane of uint8 [P, H, W] (C-contiguous) as Pillow's ``GaussianBlur(radius)`` does.
 
@@ -183,10 +191,7 @@ def pil_blend(images: torch.Tensor, keep: torch.Tensor, rows: np.ndarray, radii:
         mixed = planar[:, :channels].astype(np.uint16)
         mixed *= 255 - soft
         mixed += chosen * soft
-        mixed += 128  # Pillow's exact v / 255 for v in [0, 255^2], inside uint16
-        mixed += mixed >> 8
-        mixed >>= 8
-        target[rows[first:end]] = mixed
+        target[rows[first:end]] = div255_(mixed)
 
     step = _step((channels + 1) * height * width, len(rows), max(1, torch.get_num_threads()))
     _run([partial(work, a, b) for a, b in _spans(0, len(rows), step)])
