@@ -1,4 +1,4 @@
-"""Where large CPU tensors live: on huge pages, in freed buffers that are reused.
+"""Where large CPU tensors live: on huge pages, in a heap that keeps freed memory for reuse.
 
 Both settings change where memory lies, never a value, and both act only where bench is
 imported before torch allocates (the CLI, grid workers, the benchmarks).
@@ -6,47 +6,126 @@ imported before torch allocates (the CLI, grid workers, the benchmarks).
 * ``THP_MEM_ALLOC_ENABLE=1``: PyTorch puts CPU tensors of 2 MB and more on transparent
   huge pages. A fresh 2 MB page faults once where 512 small pages fault each, which made a
   mechanism's cost per value grow with the batch. ``THP_MEM_ALLOC_ENABLE=0`` turns it off.
-* glibc's thresholds: PyTorch asks for those tensors 2 MB-aligned, which keeps glibc from
-  raising its mmap threshold after a free as it otherwise does. Every tensor above 128 KB
-  then came from a fresh mapping and paid its page faults again: a 3.7 MB batch of 300
-  64x64 images cost 1-2 ms to clone instead of 0.2 ms. The threshold is set to glibc's
-  largest (32 MB) and the trim threshold to twice that (glibc's own rule), so buffers
-  below 32 MB are reused. A user's ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``
-  or malloc ``GLIBC_TUNABLES`` are left as they are.
+* glibc's heap as a caching allocator, as PyTorch's own is on CUDA: no block gets a
+  mapping of its own (``M_MMAP_MAX=0``) and free memory is not handed back on each free
+  (``M_TRIM_THRESHOLD=-1``). Before, every block of 32 MB or more (a Conv-4 activation of a
+  200-image episode is 52 MB, a 100,000-image batch 2.5 GB) was a fresh mapping that the
+  kernel zeroed and faulted in again on every call: the main job spent 29 s in the kernel
+  (5 s now), and a mechanism's cost per value grew up to 2x from 1,000 to 100,000 images.
+  The free memory kept is bounded: a watcher thread hands it back (``malloc_trim``) once it
+  exceeds :func:`free_limit` (an eighth of the memory, at least 2 GiB), and the cell runner
+  hands it all back after each cell (:func:`release_free_memory`), so a grid worker holds
+  no more than its largest cell. Off glibc 2.33+ (no ``mallinfo2`` to watch with), or
+  where the user set ``MALLOC_MMAP_MAX_``, ``MALLOC_MMAP_THRESHOLD_``,
+  ``MALLOC_TRIM_THRESHOLD_`` or malloc ``GLIBC_TUNABLES``, glibc is left as it is.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import sys
+import threading
+import time
+from pathlib import Path
 
-MMAP_THRESHOLD = 32 << 20
-"""Bytes from which glibc maps a block on its own: its largest allowed value on 64-bit."""
-TRIM_THRESHOLD = 2 * MMAP_THRESHOLD
-"""Free bytes at the heap's top that glibc keeps rather than returns: twice the mmap threshold."""
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+NEVER_TRIM = -1
+"""glibc's M_TRIM_THRESHOLD for "never hand the heap's top back on free" (mallopt(3))."""
+USER_SETTINGS = ("MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+WATCH_SECONDS = 1.0
+"""How often the watcher compares the heap's free memory with :func:`free_limit`."""
+_watcher_pid: int | None = None
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
 
 
 def user_tuned_malloc(environ: dict[str, str] | os._Environ = os.environ) -> bool:
     """Whether the environment already sets glibc's malloc thresholds."""
-    return ("MALLOC_MMAP_THRESHOLD_" in environ or "MALLOC_TRIM_THRESHOLD_" in environ
-            or "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""))
+    return any(name in environ for name in USER_SETTINGS) or "glibc.malloc." in environ.get("GLIBC_TUNABLES", "")
+
+
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """Returns this process's C library where it is glibc 2.33+ (``mallinfo2``), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version, libc.malloc_trim  # musl's mallopt does nothing
+        libc.mallinfo2.restype = _Mallinfo2
+    except (OSError, AttributeError):
+        return None
+    return libc
 
 
 def tune_allocator() -> bool:
-    """Turns on PyTorch's huge pages (unless set) and raises glibc's thresholds (unless tuned).
+    """Turns on PyTorch's huge pages (unless set) and makes glibc's heap keep freed memory (unless tuned).
 
     Returns:
-        Whether glibc's thresholds were set (False off glibc, or where the user set them).
+        Whether glibc's settings were changed and its free memory is watched (False off
+        glibc 2.33+, or where the user set them).
     """
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-    if not sys.platform.startswith("linux") or user_tuned_malloc():
+    libc = _glibc()
+    if libc is None or user_tuned_malloc():
         return False
-    import ctypes
+    if not (libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, NEVER_TRIM)):
+        return False
+    if _watcher_pid is None:
+        os.register_at_fork(after_in_child=_watch)  # a forked DataLoader worker gets a watcher of its own
+    _watch()
+    return True
 
-    try:
-        libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # glibc only: musl's mallopt does nothing
-    except (OSError, AttributeError):
-        return False
-    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+def heap_bytes() -> tuple[int, int]:
+    """Returns glibc's (bytes in use, free bytes kept) of all its arenas; (0, 0) off glibc."""
+    libc = _glibc()
+    if libc is None:
+        return 0, 0
+    info = libc.mallinfo2()
+    return info.uordblks, info.fordblks
+
+
+def release_free_memory() -> bool:
+    """Hands the heap's free memory back to the system (``malloc_trim(0)``); live memory is untouched.
+
+    Returns:
+        Whether any memory was handed back (False off glibc).
+    """
+    libc = _glibc()
+    return bool(libc.malloc_trim(0)) if libc is not None else False
+
+
+@functools.cache
+def free_limit(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
+    """Returns the most free memory the heap keeps: an eighth of this machine's (or cgroup's) memory, at least 2 GiB."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for name in ("memory.max", "memory/memory.limit_in_bytes"):  # cgroup v2, v1
+        try:
+            total = min(total, int((cgroup_root / name).read_text().strip()))
+        except (OSError, ValueError):  # absent, or "max"
+            pass
+    return max(2 << 30, total // 8)
+
+
+def _watch() -> None:
+    """Starts (once per process) the thread that hands free memory back once the heap keeps more than :func:`free_limit`."""
+    global _watcher_pid
+    if _watcher_pid == os.getpid():
+        return
+    _watcher_pid = os.getpid()
+
+    def loop() -> None:
+        limit = free_limit()
+        while True:
+            time.sleep(WATCH_SECONDS)
+            if heap_bytes()[1] > limit:
+                release_free_memory()
+
+    threading.Thread(target=loop, name="bench-heap-watch", daemon=True).start()

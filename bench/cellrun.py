@@ -58,6 +58,7 @@ def execute(
     Raises:
         Whatever the computation raised, after its run was marked FAILED (or KILLED).
     """
+    from bench._memory import release_free_memory
     from bench.cpus import fit_torch_threads
     from bench.grid import CellOutcome, cell_label
     from bench.runner import cell_artifacts, run_cell
@@ -88,6 +89,8 @@ def execute(
         except BaseException as exc:
             tracker.fail_cell(run_id, one_line(exc), traceback.format_exc())
             raise
+        finally:
+            release_free_memory()  # the heap keeps what a cell freed (bench/_memory.py) until here
         if existing:
             tracker.supersede(existing, run_id)
     return CellOutcome(key, label, "done", run_id, time.perf_counter() - started, result=output.result)

@@ -32,6 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._memory import release_free_memory  # noqa: E402
 from bench.cache import Cache  # noqa: E402
 from bench.datasets.base import ImageSet, Splits, SplitsSink, cached_sharded_splits  # noqa: E402
 from bench.interfaces import RunContext  # noqa: E402
@@ -78,7 +79,8 @@ class PeakMemory(threading.Thread):
             time.sleep(0.2)
 
     def reset(self) -> None:
-        """Starts a new peak from the current value."""
+        """Hands back what the last phase freed (the heap keeps it: bench/_memory.py) and starts a new peak."""
+        release_free_memory()
         self.peak_kib = 0
 
 

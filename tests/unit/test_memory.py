@@ -1,7 +1,9 @@
-"""bench/_memory.py: huge pages on, glibc's thresholds raised unless the user tuned them."""
+"""bench/_memory.py: huge pages on, glibc's heap keeping freed memory unless the user tuned malloc."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -16,11 +18,43 @@ from bench import _memory
 print(json.dumps({"thp": os.environ.get("THP_MEM_ALLOC_ENABLE"), "again": _memory.tune_allocator()}))
 """
 
+REUSE = r"""
+import json, resource, time
+import bench, torch
+from bench import _memory
+
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+x = torch.full((64 << 20,), 1, dtype=torch.uint8)  # 64 MB: above glibc's largest mmap threshold
+del x
+before = faults()
+y = torch.full((64 << 20,), 2, dtype=torch.uint8)
+reused = faults() - before
+del y
+print(json.dumps({"faults": reused, "trimmed": _memory.release_free_memory()}))
+"""
+
+
+def test_the_heap_keeps_at_most_an_eighth_of_the_memory_and_at_least_2_gib(tmp_path):
+    (tmp_path / "memory.max").write_text("8589934592\n")  # a cgroup of 8 GiB: 1 GiB, so 2 GiB
+    assert _memory.free_limit.__wrapped__(tmp_path) == 2 << 30
+    (tmp_path / "memory.max").write_text("max\n")
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert _memory.free_limit.__wrapped__(tmp_path) == max(2 << 30, physical // 8)
+
+
+def _clean_env(monkeypatch) -> None:
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    for name in (*_memory.USER_SETTINGS, "GLIBC_TUNABLES"):
+        monkeypatch.delenv(name, raising=False)
+
 
 @pytest.mark.parametrize("environ,tuned", [
     ({}, False),
     ({"MALLOC_MMAP_THRESHOLD_": "131072"}, True),
     ({"MALLOC_TRIM_THRESHOLD_": "0"}, True),
+    ({"MALLOC_MMAP_MAX_": "65536"}, True),
     ({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=65536"}, True),
     ({"GLIBC_TUNABLES": "glibc.pthread.rseq=0"}, False),
 ])
@@ -28,18 +62,24 @@ def test_a_users_malloc_settings_are_left_alone(environ, tuned):
     assert _memory.user_tuned_malloc(environ) is tuned
 
 
-def test_the_thresholds_are_glibcs_largest_and_its_trim_rule():
-    assert _memory.MMAP_THRESHOLD == 32 * 1024 * 1024 and _memory.TRIM_THRESHOLD == 2 * _memory.MMAP_THRESHOLD
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_importing_bench_turns_on_huge_pages_and_sets_the_thresholds(monkeypatch):
-    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
-    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"):
-        monkeypatch.delenv(name, raising=False)
+def test_importing_bench_turns_on_huge_pages_and_the_keeping_heap(monkeypatch):
+    _clean_env(monkeypatch)
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
     assert out.strip() == '{"thp": "1", "again": true}'
     monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
     assert out.strip() == '{"thp": "0", "again": false}'
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_a_freed_large_tensor_is_reused_without_page_faults_and_handed_back_on_release(monkeypatch):
+    _clean_env(monkeypatch)
+    kept = json.loads(subprocess.run([sys.executable, "-c", REUSE], capture_output=True, text=True,
+                                     check=True).stdout)
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(32 << 20))  # glibc's own: the 64 MB is mapped afresh
+    fresh = json.loads(subprocess.run([sys.executable, "-c", REUSE], capture_output=True, text=True,
+                                      check=True).stdout)
+    assert kept["faults"] < 16 < 32 <= fresh["faults"], (kept, fresh)  # 64 MB: 32 huge pages, or 16,384 small
+    assert kept["trimmed"] is True
