@@ -15,9 +15,11 @@ imported before torch allocates (the CLI, grid workers, the benchmarks).
   The free memory kept is bounded: a watcher thread hands it back (``malloc_trim``) once it
   exceeds :func:`free_limit` (an eighth of the memory, at least 2 GiB), and the cell runner
   hands it all back after each cell (:func:`release_free_memory`), so a grid worker holds
-  no more than its largest cell. Off glibc 2.33+ (no ``mallinfo2`` to watch with), or
-  where the user set ``MALLOC_MMAP_MAX_``, ``MALLOC_MMAP_THRESHOLD_``,
-  ``MALLOC_TRIM_THRESHOLD_`` or malloc ``GLIBC_TUNABLES``, glibc is left as it is.
+  no more than its largest cell. A glibc older than 2.33 (no ``mallinfo2`` to watch with)
+  only gets its mmap threshold raised to its largest, 32 MB (trim threshold 64 MB), so that
+  blocks below that are reused. Where the user set ``MALLOC_MMAP_MAX_``,
+  ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or malloc ``GLIBC_TUNABLES``,
+  glibc is left as it is.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ import threading
 import time
 from pathlib import Path
 
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
 NEVER_TRIM = -1
 """glibc's M_TRIM_THRESHOLD for "never hand the heap's top back on free" (mallopt(3))."""
+OLD_GLIBC_THRESHOLDS = {_M_MMAP_THRESHOLD: 32 << 20, _M_TRIM_THRESHOLD: 64 << 20}
+"""Without ``mallinfo2``: the largest mmap threshold glibc allows on 64-bit, and its 2x trim rule."""
 USER_SETTINGS = ("MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 WATCH_SECONDS = 1.0
 """How often the watcher compares the heap's free memory with :func:`free_limit`."""
@@ -52,15 +56,16 @@ def user_tuned_malloc(environ: dict[str, str] | os._Environ = os.environ) -> boo
 
 @functools.cache
 def _glibc() -> ctypes.CDLL | None:
-    """Returns this process's C library where it is glibc 2.33+ (``mallinfo2``), else None."""
+    """Returns this process's C library where it is glibc (musl's mallopt does nothing), else None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version, libc.malloc_trim  # musl's mallopt does nothing
-        libc.mallinfo2.restype = _Mallinfo2
+        libc.gnu_get_libc_version, libc.malloc_trim
     except (OSError, AttributeError):
         return None
+    if hasattr(libc, "mallinfo2"):  # glibc 2.33+
+        libc.mallinfo2.restype = _Mallinfo2
     return libc
 
 
@@ -68,13 +73,14 @@ def tune_allocator() -> bool:
     """Turns on PyTorch's huge pages (unless set) and makes glibc's heap keep freed memory (unless tuned).
 
     Returns:
-        Whether glibc's settings were changed and its free memory is watched (False off
-        glibc 2.33+, or where the user set them).
+        Whether glibc's settings were changed (False off glibc, or where the user set them).
     """
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     libc = _glibc()
     if libc is None or user_tuned_malloc():
         return False
+    if not hasattr(libc, "mallinfo2"):
+        return all(libc.mallopt(param, value) for param, value in OLD_GLIBC_THRESHOLDS.items())
     if not (libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, NEVER_TRIM)):
         return False
     if _watcher_pid is None:
@@ -84,9 +90,9 @@ def tune_allocator() -> bool:
 
 
 def heap_bytes() -> tuple[int, int]:
-    """Returns glibc's (bytes in use, free bytes kept) of all its arenas; (0, 0) off glibc."""
+    """Returns glibc's (bytes in use, free bytes kept) of all its arenas; (0, 0) off glibc 2.33+."""
     libc = _glibc()
-    if libc is None:
+    if libc is None or not hasattr(libc, "mallinfo2"):
         return 0, 0
     info = libc.mallinfo2()
     return info.uordblks, info.fordblks
@@ -115,7 +121,7 @@ def free_limit(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
 
 
 def _watch() -> None:
-    """Starts (once per process) the thread that hands free memory back once the heap keeps more than :func:`free_limit`."""
+    """Starts, once per process, the thread that hands free memory back above :func:`free_limit`."""
     global _watcher_pid
     if _watcher_pid == os.getpid():
         return

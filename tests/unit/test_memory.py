@@ -50,6 +50,26 @@ def _clean_env(monkeypatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+class _OldGlibc:
+    """A glibc without mallinfo2 (before 2.33) that records its mallopt calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def mallopt(self, param, value):
+        self.calls.append((param, value))
+        return 1
+
+
+def test_a_glibc_without_mallinfo2_only_gets_the_largest_mmap_threshold(monkeypatch):
+    _clean_env(monkeypatch)
+    old = _OldGlibc()
+    monkeypatch.setattr(_memory, "_glibc", lambda: old)
+    assert _memory.tune_allocator() is True
+    assert old.calls == [(-3, 32 << 20), (-1, 64 << 20)]  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD; no watcher
+    assert _memory.heap_bytes() == (0, 0)
+
+
 @pytest.mark.parametrize("environ,tuned", [
     ({}, False),
     ({"MALLOC_MMAP_THRESHOLD_": "131072"}, True),
