@@ -4,16 +4,19 @@ Both settings change where memory lies, never a value, and both act only where b
 imported before torch allocates (the CLI, grid workers, the benchmarks).
 
 * ``THP_MEM_ALLOC_ENABLE=1``: PyTorch puts CPU tensors of 2 MB and more on transparent
-  huge pages. A fresh 2 MB page faults once where 512 small pages fault each, which made a
-  mechanism's cost per value grow with the batch. ``THP_MEM_ALLOC_ENABLE=0`` turns it off.
+  huge pages, 2 MB-aligned. A fresh 2 MB page faults once where 512 small pages fault
+  each, and a freed block is reused whole by the next tensor of its size (with 64-byte
+  alignment glibc's heap could not fit the same size back into it). ``THP_MEM_ALLOC_ENABLE=0``
+  turns it off.
 * glibc's heap as a caching allocator, as PyTorch's own is on CUDA: no block gets a
   mapping of its own (``M_MMAP_MAX=0``) and free memory is not handed back on each free
   (``M_TRIM_THRESHOLD=-1``). Before, every block of 32 MB or more (a Conv-4 activation of a
   200-image episode is 52 MB, a 100,000-image batch 2.5 GB) was a fresh mapping that the
   kernel zeroed and faulted in again on every call: the main job spent 29 s in the kernel
   (5 s now), and a mechanism's cost per value grew up to 2x from 1,000 to 100,000 images.
-  The free memory kept is bounded: a watcher thread hands it back (``malloc_trim``) once it
-  exceeds :func:`free_limit` (an eighth of the memory, at least 2 GiB), and the cell runner
+  The free memory kept is bounded: a watcher thread hands it back (``malloc_trim``) once
+  the resident memory that is not in use exceeds :func:`free_limit` (an eighth of the
+  memory: 3 GiB on 24 GiB; :func:`watch_step`), and the cell runner
   hands it all back after each cell (:func:`release_free_memory`), so a grid worker holds
   no more than its largest cell. A glibc older than 2.33 (no ``mallinfo2`` to watch with)
   only gets its mmap threshold raised to its largest, 32 MB (trim threshold 64 MB), so that
@@ -90,12 +93,30 @@ def tune_allocator() -> bool:
 
 
 def heap_bytes() -> tuple[int, int]:
-    """Returns glibc's (bytes in use, free bytes kept) of all its arenas; (0, 0) off glibc 2.33+."""
+    """Returns glibc's (bytes in use, free bytes kept) over all its arenas; (0, 0) off glibc 2.33+.
+
+    Bytes in use include blocks mapped on their own. Free bytes count free blocks whether or
+    not their pages are still resident (``malloc_trim`` hands the pages back, not the blocks).
+    """
     libc = _glibc()
     if libc is None or not hasattr(libc, "mallinfo2"):
         return 0, 0
     info = libc.mallinfo2()
-    return info.uordblks, info.fordblks
+    return info.uordblks + info.hblkhd, info.fordblks
+
+
+def kept_bytes() -> int:
+    """Returns this process's resident private memory that glibc does not count as in use.
+
+    That is the heap's resident free memory, plus what never came from malloc (Python's
+    object arenas, thread stacks). Read from ``/proc/self/statm``; 0 where it is missing.
+    """
+    try:
+        fields = Path("/proc/self/statm").read_text().split()
+    except OSError:
+        return 0
+    resident_private = (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
+    return max(0, resident_private - heap_bytes()[0])
 
 
 def release_free_memory() -> bool:
@@ -110,28 +131,40 @@ def release_free_memory() -> bool:
 
 @functools.cache
 def free_limit(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
-    """Returns the most free memory the heap keeps: an eighth of this machine's (or cgroup's) memory, at least 2 GiB."""
+    """Returns the most free memory the heap keeps: an eighth of this machine's (or its cgroup's) memory."""
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     for name in ("memory.max", "memory/memory.limit_in_bytes"):  # cgroup v2, v1
         try:
             total = min(total, int((cgroup_root / name).read_text().strip()))
         except (OSError, ValueError):  # absent, or "max"
             pass
-    return max(2 << 30, total // 8)
+    return total // 8
+
+
+def watch_step(limit: int, floor: int) -> int:
+    """Hands free memory back when the memory kept exceeds ``floor + limit``; returns the new floor.
+
+    The floor is what was kept right after the last release: memory that releasing cannot
+    hand back (Python's arenas, stacks). Without it a process whose own arenas exceed the
+    limit would trim every time.
+    """
+    if kept_bytes() <= floor + limit:
+        return floor
+    release_free_memory()
+    return kept_bytes()
 
 
 def _watch() -> None:
-    """Starts, once per process, the thread that hands free memory back above :func:`free_limit`."""
+    """Starts, once per process, the thread that keeps the heap's resident free memory under :func:`free_limit`."""
     global _watcher_pid
     if _watcher_pid == os.getpid():
         return
     _watcher_pid = os.getpid()
 
     def loop() -> None:
-        limit = free_limit()
+        limit, floor = free_limit(), 0
         while True:
             time.sleep(WATCH_SECONDS)
-            if heap_bytes()[1] > limit:
-                release_free_memory()
+            floor = watch_step(limit, floor)
 
     threading.Thread(target=loop, name="bench-heap-watch", daemon=True).start()
