@@ -42,7 +42,7 @@ OLD_GLIBC_THRESHOLDS = {_M_MMAP_THRESHOLD: 32 << 20, _M_TRIM_THRESHOLD: 64 << 20
 """Without ``mallinfo2``: the largest mmap threshold glibc allows on 64-bit, and its 2x trim rule."""
 USER_SETTINGS = ("MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 WATCH_SECONDS = 1.0
-"""How often the watcher compares the heap's free memory with :func:`free_limit`."""
+"""How often the watcher compares the memory kept (:func:`kept_bytes`) with :func:`free_limit`."""
 _watcher_pid: int | None = None
 
 
@@ -92,17 +92,16 @@ def tune_allocator() -> bool:
     return True
 
 
-def heap_bytes() -> tuple[int, int]:
-    """Returns glibc's (bytes in use, free bytes kept) over all its arenas; (0, 0) off glibc 2.33+.
+def heap_in_use() -> int:
+    """Returns the bytes glibc counts as in use over all its arenas, blocks mapped on their own included.
 
-    Bytes in use include blocks mapped on their own. Free bytes count free blocks whether or
-    not their pages are still resident (``malloc_trim`` hands the pages back, not the blocks).
+    0 off glibc 2.33+ (no ``mallinfo2``).
     """
     libc = _glibc()
     if libc is None or not hasattr(libc, "mallinfo2"):
-        return 0, 0
+        return 0
     info = libc.mallinfo2()
-    return info.uordblks + info.hblkhd, info.fordblks
+    return info.uordblks + info.hblkhd
 
 
 def kept_bytes() -> int:
@@ -116,7 +115,7 @@ def kept_bytes() -> int:
     except OSError:
         return 0
     resident_private = (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
-    return max(0, resident_private - heap_bytes()[0])
+    return max(0, resident_private - heap_in_use())
 
 
 def release_free_memory() -> bool:
