@@ -6,7 +6,7 @@ ten families of :mod:`bench.datasets.synth_objects`), a texture, a colour and a 
 kind (:func:`design_classes`; two classes differ in at least two of the four whenever the
 class count allows). An image shows one object of its class and, depending on the class,
 0 to 3 people: a simple body under a head with a face drawn by the synth_faces renderer
-(:func:`bench.datasets.synth_faces.render_heads`), so every face has an identity and that
+(``render_heads`` in ``bench.datasets._face_render``), so every face has an identity and that
 identity's gender, age group and skin tone.
 
 How often people appear is a property of the class, as in ImageNet (bridegroom 97.5% of
@@ -56,6 +56,8 @@ import torch
 from bench import rng
 from bench.datasets import scene_render as sr
 from bench.datasets import synth_faces
+from bench.datasets._face_identity import sample_identities, sample_nuisances
+from bench.datasets._face_render import render_heads
 from bench.datasets.base import DataShape, Dataset, ImageSet, Splits, SplitShape, cached_splits, fingerprint
 from bench.datasets.synth_objects import CLASSES as SHAPES
 from bench.datasets.options import check_option_names, integer_option
@@ -264,7 +266,7 @@ def generate(classes: int, images_per_class: int, val_per_class: int, test_per_c
     design = design_classes(seed, class_offset + classes)
     if class_offset:
         design = {k: v[class_offset:] for k, v in design.items()}
-    ident = synth_faces.sample_identities(identities, make_generator(seed, "synth_scenes", "identities"))
+    ident = sample_identities(identities, make_generator(seed, "synth_scenes", "identities"))
     counts = {"train": images_per_class, "val": val_per_class, "test": test_per_class}
     out: dict[str, Any] = {"design": design}
     for s in SPLITS:
@@ -366,14 +368,14 @@ def _render_chunk(seed: int, split: str, index: int, labels: torch.Tensor, u: to
     # --- faces: parameters, placement and head sprites
     rows, slot = present.nonzero(as_tuple=True)
     ids = identity[rows, slot]
-    nuis = synth_faces.sample_nuisances(ids, dict(ident), 1.0, make_generator(seed, "synth_scenes", split, "faces",
+    nuis = sample_nuisances(ids, dict(ident), 1.0, make_generator(seed, "synth_scenes", split, "faces",
                                                                             index))
     params = synth_faces.gather_faces(dict(ident), nuis, ids)
     params["occluder"] = torch.zeros(len(ids))
     sprite = sr.sprite_side(size, _FACE_WIDTH[1][1] * scale_px)
     centre = torch.stack([cx[rows, slot], cy[rows, slot]], 1)
     origin, boxes = sr.place_heads(params, centre, width[rows, slot], sprite, size)
-    heads_rgb, heads_alpha = synth_faces.render_heads(params, sprite) if len(ids) else (None, None)
+    heads_rgb, heads_alpha = render_heads(params, sprite) if len(ids) else (None, None)
     face_centre = (boxes[:, :2] + boxes[:, 2:]) / 2
     unit = params["scale"] * (0.55 * sprite / 2)
     face_boxes = torch.zeros(n, MAX_PEOPLE, 4)

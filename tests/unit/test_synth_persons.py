@@ -6,7 +6,10 @@ import pytest
 import torch
 
 import bench.datasets.synth_persons as sp
-from bench.datasets.synth_persons import SynthPersons, draw_people, draw_shots, plan, render, resolve_options
+import bench.datasets._person_draw as pd
+from bench.datasets._person_draw import draw_people, draw_shots
+from bench.datasets._person_render import render
+from bench.datasets.synth_persons import SynthPersons, plan, resolve_options
 from bench.errors import BenchError
 from bench.registry import datasets
 from bench.seeding import make_generator
@@ -141,11 +144,11 @@ def test_attributes_shape_appearance():
     people = draw_people(4000, make_generator(0, "test"))
     female, long_hair = people["female"], people["hair_long"]
     assert long_hair[female].float().mean() > 0.6 > 0.15 > long_hair[~female].float().mean()
-    assert (people["lower_type"][~female] != sp.SKIRT).all() and (people["lower_type"][female] == sp.SKIRT).any()
-    grey = (people["hair_colour"] - sp.GREY_HAIR).abs().max(1).values < 0.15
-    old = people["age"] == sp.OLD
+    assert (people["lower_type"][~female] != pd.SKIRT).all() and (people["lower_type"][female] == pd.SKIRT).any()
+    grey = (people["hair_colour"] - pd.GREY_HAIR).abs().max(1).values < 0.15
+    old = people["age"] == pd.OLD
     assert grey[old].float().mean() > 0.5 and grey[~old].float().mean() < 0.05
-    assert people["head"][people["age"] == sp.YOUNG].mean() > people["head"][people["age"] == sp.ADULT].mean()
+    assert people["head"][people["age"] == pd.YOUNG].mean() > people["head"][people["age"] == pd.ADULT].mean()
 
 
 MAGENTA = torch.tensor([1.0, 0.0, 1.0])
@@ -161,7 +164,7 @@ def one_person_three_views(**overrides):
     people.update(overrides)
     people = {k: v.expand(3, *v.shape[1:]).clone() for k, v in people.items()}
     shots = draw_shots(torch.full((3,), 5), make_generator(0, "shots"))
-    shots["view"] = torch.tensor([sp.FRONT, sp.BACK, sp.SIDE])
+    shots["view"] = torch.tensor([pd.FRONT, pd.BACK, pd.SIDE])
     shots["clutter"].zero_()
     return render(people, shots, make_generator(0, "noise"))
 
@@ -178,6 +181,6 @@ def test_backpack_is_a_box_from_the_back_and_straps_from_the_front():
 
 def test_logo_shows_only_from_the_front():
     front, back, side = magenta_pixels(one_person_three_views(
-        pattern=torch.tensor([sp.LOGO]), upper2=MAGENTA[None], upper=torch.full((1, 3), 0.5),
+        pattern=torch.tensor([pd.LOGO]), upper2=MAGENTA[None], upper=torch.full((1, 3), 0.5),
         backpack=torch.tensor([False]), bag=torch.tensor([False]))).tolist()
     assert front > 0 and back == 0 and side == 0
