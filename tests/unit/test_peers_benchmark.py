@@ -161,3 +161,31 @@ def test_cv2_face_overlay_equals_privbench():
     boxes_t = synthetic_boxes(4, 32, 24)
     theirs = run(impls.cv2_face_overlay, imgs, [b.tolist() for b in boxes_t])
     assert np.array_equal(theirs, privbench("face_overlay", images, boxes_t))
+
+
+def _load_peers_script():
+    name = "_privbench_benchmarks_peers"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "peers.py")
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_timed_peer_holds_every_output_until_its_run_ends(keep):
+    # Released images are all written to memory, as PrivBench's batch is: a peer that drops
+    # each output before the next one writes into the same cached block every time.
+    peers, alive, most = _load_peers_script(), [0], [0]
+
+    class Output:
+        def __init__(self):
+            alive[0] += 1
+            most[0] = max(most[0], alive[0])
+
+        def __del__(self):
+            alive[0] -= 1
+
+    peers._run_peer(lambda img, boxes, rng: Output(), np.zeros((6, 2, 2, 3), np.uint8), [[]] * 6, None, 1, 6, keep)
+    assert most[0] == (5 if keep else 1)
+    assert alive[0] == 0
