@@ -23,18 +23,18 @@ ROOT = Path(__file__).resolve().parents[2]
 DP = {"epsilon": 3.0, "block": 4, "m": 1}
 
 
-def _load_peers():
+def _load(stem: str):
     # benchmarks/ is no package (and opacus installs one named ``benchmarks``): load by path,
     # under the name benchmarks/peers.py gives it.
-    name = "_privbench_benchmarks__peer_impls"
+    name = f"_privbench_benchmarks_{stem}"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "_peer_impls.py")
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{stem}.py")
         sys.modules[name] = module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     return sys.modules[name]
 
 
-impls = _load_peers()
+impls = _load("_peer_impls")
 
 
 def batch(n: int, h: int, w: int) -> tuple[torch.Tensor, np.ndarray]:
@@ -163,20 +163,11 @@ def test_cv2_face_overlay_equals_privbench():
     assert np.array_equal(theirs, privbench("face_overlay", images, boxes_t))
 
 
-def _load_peers_script():
-    name = "_privbench_benchmarks_peers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "peers.py")
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.mark.parametrize("keep", [True, False])
 def test_a_timed_peer_holds_every_output_until_its_run_ends(keep):
     # Released images are all written to memory, as PrivBench's batch is: a peer that drops
     # each output before the next one writes into the same cached block every time.
-    peers, alive, most = _load_peers_script(), [0], [0]
+    peers, alive, most = _load("peers"), [0], [0]
 
     class Output:
         def __init__(self):
