@@ -95,7 +95,7 @@ def tune_allocator() -> bool:
 def heap_in_use() -> int:
     """Returns the bytes glibc counts as in use over all its arenas, blocks mapped on their own included.
 
-    0 off glibc 2.33+ (no ``mallinfo2``).
+    0 without glibc 2.33 or later (no ``mallinfo2``).
     """
     libc = _glibc()
     if libc is None or not hasattr(libc, "mallinfo2"):

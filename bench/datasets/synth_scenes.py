@@ -368,8 +368,7 @@ def _render_chunk(seed: int, split: str, index: int, labels: torch.Tensor, u: to
     # --- faces: parameters, placement and head sprites
     rows, slot = present.nonzero(as_tuple=True)
     ids = identity[rows, slot]
-    nuis = sample_nuisances(ids, dict(ident), 1.0, make_generator(seed, "synth_scenes", split, "faces",
-                                                                            index))
+    nuis = sample_nuisances(ids, dict(ident), 1.0, make_generator(seed, "synth_scenes", split, "faces", index))
     params = synth_faces.gather_faces(dict(ident), nuis, ids)
     params["occluder"] = torch.zeros(len(ids))
     sprite = sr.sprite_side(size, _FACE_WIDTH[1][1] * scale_px)
