@@ -7,7 +7,6 @@ evaluation partition. Images are centre-cropped, resized and cached as uint8.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ import torch
 from PIL import Image
 
 from bench.cpus import usable_cpus
+from bench.datasets._celeba_files import file_digest, find_file, find_images, read_pairs, read_table
 from bench.datasets.base import (
     DataShape,
     Dataset,
@@ -89,7 +89,7 @@ class CelebA(Dataset):
             "celeba",
             LOADER_VERSION,
             sorted(opts.items()),
-            *[(k, _file_digest(files[k])) for k in used],
+            *[(k, file_digest(files[k])) for k in used],
             *["\n".join(selection[s]) for s in SPLITS],
             source_fingerprint([files["images"] / f for s in SPLITS for f in selection[s]]),  # type: ignore[operator]
         )
@@ -123,7 +123,7 @@ class CelebA(Dataset):
         g = make_generator(opts["seed"], "celeba", "public")
         chosen = sorted(pool[i] for i in torch.randperm(len(pool), generator=g)[: len(selection["train"])].tolist())
         picked = {"train": chosen, "val": [], "test": []}
-        key = fingerprint("celeba-public", LOADER_VERSION, sorted(opts.items()), _file_digest(files[IDENTITY]),
+        key = fingerprint("celeba-public", LOADER_VERSION, sorted(opts.items()), file_digest(files[IDENTITY]),
                           "\n".join(chosen), source_fingerprint([files["images"] / f for f in chosen]))  # type: ignore[operator]
         sets, _, _ = cached_sharded_splits(cache_dir, "celeba", key,
                                            _shard_builder(files, picked, dict(zip(names, identities)), opts, ("train",)))
@@ -143,8 +143,8 @@ class CelebA(Dataset):
         """
         opts = resolve_options(options)
         files = self._locate(root, opts["images"])
-        names, identities = _read_pairs(files[IDENTITY], "identity")
-        partition = dict(zip(*_read_pairs(files[PARTITION], "partition")))
+        names, identities = read_pairs(files[IDENTITY], "identity")
+        partition = dict(zip(*read_pairs(files[PARTITION], "partition")))
         selection = select(names, identities, partition, opts)
         if not any(selection.values()):
             counts = Counter(identities)
@@ -162,17 +162,17 @@ class CelebA(Dataset):
         root = Path(root)
         folder = IMAGE_DIRS[images]
         bases = [b for b in (root / "celeba", root / "CelebA", root) if b.is_dir()]
-        base = next((b for b in bases if _find_file(b, IDENTITY) or _find_images(b, folder)), bases[-1])
-        files: dict[str, Path | None] = {"images": _find_images(base, folder)}
+        base = next((b for b in bases if find_file(b, IDENTITY) or find_images(b, folder)), bases[-1])
+        files: dict[str, Path | None] = {"images": find_images(base, folder)}
         if files["images"] is None:
             raise self.missing(root, f"{folder}/")
         required = [IDENTITY, ATTRIBUTES, PARTITION] + ([BBOX] if images == "wild" else [])
         for name in required:
-            files[name] = _find_file(base, name)
+            files[name] = find_file(base, name)
             if files[name] is None:
                 raise self.missing(root, name)
         if images == "aligned":
-            files[LANDMARKS] = _find_file(base, LANDMARKS)
+            files[LANDMARKS] = find_file(base, LANDMARKS)
         return files
 
 
@@ -217,98 +217,6 @@ def _positive(value: Any, name: str) -> int:
     if number < 1 or number != float(value):
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return number
-
-
-def _find_file(base: Path, name: str) -> Path | None:
-    for folder in (base, base / "Anno", base / "Eval"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
-def _find_images(base: Path, folder: str) -> Path | None:
-    for path in (base / folder, base / "Img" / folder):
-        if path.is_dir():
-            nested = path / folder
-            return nested if nested.is_dir() and not any(path.glob("*.jpg")) else path
-    return None
-
-
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BenchError(f"celeba: cannot read {path}: {exc}") from None
-
-
-def _read_pairs(path: Path, what: str) -> tuple[list[str], list[int]]:
-    """Parses '<image> <integer>' lines (identity and partition files)."""
-    names, values = [], []
-    for number, line in enumerate(_lines(path), 1):
-        parts = line.split()
-        if not parts:
-            continue
-        if len(parts) != 2 or not _is_int(parts[1]):
-            raise BenchError(f"celeba: {path}:{number}: expected '<image> <{what}>', got {line.strip()!r}")
-        names.append(parts[0])
-        values.append(int(parts[1]))
-    if not names:
-        raise BenchError(f"celeba: {path} lists no images")
-    return names, values
-
-
-def _is_int(token: str) -> bool:
-    return token.lstrip("-").isdigit()
-
-
-def read_table(path: Path, wanted: Sequence[str], columns: int | None = None) -> tuple[list[str], np.ndarray]:
-    """Parses a CelebA table: a count line, a header line, then '<image> v1 v2 ...' rows.
-
-    Args:
-        path: The table file (attributes, boxes or landmarks).
-        wanted: Images whose rows are returned, in this order.
-        columns: Expected number of values per row; by default the header's length.
-
-    Returns:
-        The column names (without ``image_id``) and an int64 array [len(wanted), columns].
-
-    Raises:
-        BenchError: The count or header line is malformed, the count disagrees with the
-            rows, a row has the wrong number of values, or a wanted image has no row.
-    """
-    lines = _lines(path)
-    if len(lines) < 2 or not _is_int(lines[0].strip()):
-        raise BenchError(f"celeba: {path}: expected a count line and a header line")
-    header = lines[1].split()
-    if header and header[0] == "image_id":
-        header = header[1:]
-    width = len(header) if columns is None else columns
-    if len(header) != width:
-        raise BenchError(f"celeba: {path}:2: expected {width} column names, got {len(header)}")
-    rows: dict[str, str] = {}
-    for line in lines[2:]:
-        parts = line.split(None, 1)
-        if parts:
-            rows[parts[0]] = parts[1] if len(parts) > 1 else ""
-    if int(lines[0]) != len(rows):
-        raise BenchError(f"celeba: {path}: the count line says {int(lines[0])} rows, the file has {len(rows)}")
-    values = np.empty((len(wanted), width), dtype=np.int64)
-    for i, name in enumerate(wanted):
-        if name not in rows:
-            raise BenchError(f"celeba: {path}: no row for {name}")
-        fields = rows[name].split()
-        if len(fields) != width or not all(_is_int(t) for t in fields):
-            raise BenchError(f"celeba: {path}: row {name} must hold {width} integers, got {rows[name].strip()!r}")
-        values[i] = [int(t) for t in fields]
-    return header, values
 
 
 def select(
