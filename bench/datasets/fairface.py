@@ -23,12 +23,7 @@ from bench.datasets.base import (
     fingerprint,
     source_fingerprint,
 )
-from bench.datasets.market1501 import (
-    check_options,
-    decode_images,
-    image_size,
-    positive_int,
-)
+from bench.datasets._loaders import check_options, decode_images, image_size, positive_int
 from bench.errors import BenchError
 from bench.registry import register_dataset
 

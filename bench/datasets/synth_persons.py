@@ -38,7 +38,8 @@ import torch.nn.functional as F
 from bench.datasets._person_draw import HEIGHT, WIDTH, _bernoulli, draw_people, draw_shots, junk_framing
 from bench.datasets._person_render import render_all
 from bench.datasets.base import Dataset, ImageSet, Splits, cached_splits, fingerprint
-from bench.datasets.market1501 import AGES, GENDERS, check_options, from_payload, person_size, to_payload
+from bench.datasets._loaders import check_options, from_payload, person_size, to_payload
+from bench.datasets.market1501 import AGES, GENDERS
 from bench.errors import BenchError
 from bench.registry import register_dataset
 from bench.seeding import make_generator
