@@ -11,7 +11,10 @@ cold on 2 cores, eager code a few ns per value more) and runs smaller work eager
 falls back to eager for a device type whose compiler fails (no C++ compiler, no Triton),
 with one warning; ``1`` compiles everything and lets a failure raise; ``0`` never compiles.
 The choice depends only on the size of the work, never on what the process did before, so
-a cell takes the same path in a fresh process and in a long-lived grid worker.
+a cell takes the same path in a fresh process and in a long-lived grid worker. The work
+is what the innermost of these says: a release's split (:func:`using`, which
+:mod:`bench.release` and the audits set), else a mechanism's batch (:func:`deciding`, which the
+fused mechanisms' ``apply`` sets), else the kernel call's largest tensor argument.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ _RECOMPILE_LIMIT = 32
 PAYBACK_VALUES = 10**9
 """Work (values through the kernels) from which compiling pays back on its own cost."""
 _failed: dict[str, str] = {}
-_eager_here: contextvars.ContextVar[bool] = contextvars.ContextVar("eager_here", default=False)
+_path_here: contextvars.ContextVar[str | None] = contextvars.ContextVar("kernel_path", default=None)
 
 
 def _mode() -> str:
@@ -65,12 +68,27 @@ def choose(device: torch.device | str, values: int) -> str:
 
 @contextlib.contextmanager
 def using(path: str) -> Iterator[None]:
-    """Runs the kernels called inside eagerly when ``path`` is ``"eager"`` (from :func:`choose`)."""
-    token = _eager_here.set(path == "eager")
+    """Runs the kernels called inside on ``path`` (``"compiled"`` or ``"eager"``, from :func:`choose`)."""
+    token = _path_here.set(path)
     try:
         yield
     finally:
-        _eager_here.reset(token)
+        _path_here.reset(token)
+
+
+@contextlib.contextmanager
+def deciding(device: torch.device | str, values: int) -> Iterator[None]:
+    """Runs the kernels called inside on the path :func:`choose` picks for ``values``, unless an outer
+    :func:`using` already picked one (a release decides for its whole split, not per batch)."""
+    if _path_here.get() is not None:
+        yield
+        return
+    with using(choose(device, values)):
+        yield
+
+
+def _values_of(args: tuple[Any, ...]) -> int:
+    return max((arg.numel() for arg in args if isinstance(arg, torch.Tensor)), default=0)
 
 
 def _device_of(args: tuple[Any, ...]) -> str:
@@ -106,7 +124,8 @@ class Kernel:
     def __call__(self, *args: Any) -> Any:
         device = _device_of(args)
         mode = _mode()
-        if mode == "0" or device in _failed or self._over_limit or _eager_here.get():
+        path = _path_here.get() or choose(device, _values_of(args))
+        if mode == "0" or path == "eager" or device in _failed or self._over_limit:
             return self.fn(*args)
         if self._compiled is None:
             self._compiled = torch.compile(self.fn, dynamic=True, fullgraph=True)

@@ -6,7 +6,7 @@ import torch
 
 from bench import rng
 from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
-from bench.kernels import kernel
+from bench.kernels import deciding, kernel
 from bench.registry import register_mechanism
 from mechanisms._dp import dp_pix_scale
 from mechanisms._ops import MAX_BLOCK, cell_counts, cell_means, chunks, draws_by_default, fill_cells, to_uint8
@@ -56,9 +56,10 @@ class DPPix(Mechanism):
             cells = to_uint8(means.addcmul_(generator.laplace(means.shape[1:]).to(images.device), scale))
             return fill_cells(cells, block, height, width, out)
         seeds = generator.seeds_on(images.device)
-        for part in chunks(images):
-            means, _ = cell_means(images[part], block)
-            fill_cells(_noisy_cells(means, scale, seeds[part]), block, height, width, out[part])
+        with deciding(images.device, images.numel()):
+            for part in chunks(images):
+                means, _ = cell_means(images[part], block)
+                fill_cells(_noisy_cells(means, scale, seeds[part]), block, height, width, out[part])
         return out
 
     def claim(self) -> PrivacyClaim:

@@ -6,7 +6,7 @@ import torch
 
 from bench import rng
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
-from bench.kernels import kernel
+from bench.kernels import deciding, kernel
 from bench.registry import register_mechanism
 from mechanisms._ops import chunks, draws_by_default, to_uint8
 
@@ -40,8 +40,9 @@ class GaussianNoise(Mechanism):
             sigma = torch.tensor(self.config["sigma"], dtype=torch.float32, device=images.device)
             seeds = generator.seeds_on(images.device)
             out = torch.empty_like(images, memory_format=torch.contiguous_format)
-            for part in chunks(images):
-                out[part] = _add_noise(images[part], seeds[part], sigma)
+            with deciding(images.device, images.numel()):
+                for part in chunks(images):
+                    out[part] = _add_noise(images[part], seeds[part], sigma)
             return out
         noise = generator.normal(images.shape[1:]).to(images.device)
         return to_uint8(torch.add(images, noise, alpha=self.config["sigma"], out=noise))

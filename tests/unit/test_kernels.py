@@ -20,12 +20,14 @@ def test_compiled_words_are_the_eager_words_exactly():
     seeds = Streams.for_images(0, "kernels", 33).seeds
     counters = torch.arange(517)
     assert kernels.backend("cpu") == "compiled"
-    assert torch.equal(_words(seeds, counters), _words.eager(seeds, counters))
+    with kernels.using("compiled"):
+        assert torch.equal(_words(seeds, counters), _words.eager(seeds, counters))
 
 
 def test_compiled_draws_match_eager_to_float_precision(monkeypatch: pytest.MonkeyPatch):
     streams = Streams.for_images(1, "kernels", 17)
-    compiled = (streams.normal((3, 40)), streams.laplace((3, 40), torch.float64), streams.uniform((3, 40)))
+    with kernels.using("compiled"):
+        compiled = (streams.normal((3, 40)), streams.laplace((3, 40), torch.float64), streams.uniform((3, 40)))
     monkeypatch.setenv(kernels.ENV, "0")
     assert kernels.backend("cpu") == "eager"
     eager = (streams.normal((3, 40)), streams.laplace((3, 40), torch.float64), streams.uniform((3, 40)))
@@ -39,7 +41,8 @@ def test_fused_mechanisms_match_their_eager_runs(monkeypatch: pytest.MonkeyPatch
     images = torch.randint(0, 256, (12, 3, 30, 22), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
     streams = Streams.for_images(2, "kernels", 12)
     mech = mechanisms.get(name)(**params)
-    fused = mech.apply(images, generator=streams)
+    with kernels.using("compiled"):
+        fused = mech.apply(images, generator=streams)
     monkeypatch.setenv(kernels.ENV, "0")
     eager = mech.apply(images, generator=streams)
     diff = (fused.int() - eager.int()).abs()
@@ -67,11 +70,12 @@ def test_a_failing_compiler_falls_back_to_eager_with_one_warning(monkeypatch: py
     monkeypatch.setattr(kernels, "_failed", {})
     fresh = kernels.Kernel(rng.words)
     seeds, counters = torch.tensor([5, 6]), torch.arange(9)
-    with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
-        out = fresh(seeds, counters)
-    assert torch.equal(out, rng.words(seeds, counters))
-    assert kernels.backend("cpu") == "eager"
-    assert torch.equal(fresh(seeds, counters), out)
+    with kernels.using("compiled"):
+        with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
+            out = fresh(seeds, counters)
+        assert torch.equal(out, rng.words(seeds, counters))
+        assert kernels.backend("cpu") == "eager"
+        assert torch.equal(fresh(seeds, counters), out)
 
 
 def test_forced_compile_lets_the_failure_raise(monkeypatch: pytest.MonkeyPatch):
@@ -92,14 +96,15 @@ def test_many_image_sizes_and_draw_shapes_stay_compiled(recwarn: pytest.Warnings
     from bench import streams as streams_module
     from mechanisms import dp_pix, gaussian_noise
 
-    for k, shape in enumerate([(3, 5, 7), (1, 9, 4), (3, 1, 1), (2, 16, 16), (3, 33, 18), (1, 2, 64)]):
-        for n in (1, 2, 5):
-            streams = Streams.for_images(k, "kernels/many", n)
-            images = torch.randint(0, 256, (n, *shape), dtype=torch.uint8)
-            mechanisms.get("gaussian_noise")(sigma=10.0).apply(images, generator=streams)
-            mechanisms.get("dp_pix")(block=2).apply(images, generator=streams)
-            streams.normal(shape[1:])
-            streams.uniform(shape, torch.float64)
+    with kernels.using("compiled"):
+        for k, shape in enumerate([(3, 5, 7), (1, 9, 4), (3, 1, 1), (2, 16, 16), (3, 33, 18), (1, 2, 64)]):
+            for n in (1, 2, 5):
+                streams = Streams.for_images(k, "kernels/many", n)
+                images = torch.randint(0, 256, (n, *shape), dtype=torch.uint8)
+                mechanisms.get("gaussian_noise")(sigma=10.0).apply(images, generator=streams)
+                mechanisms.get("dp_pix")(block=2).apply(images, generator=streams)
+                streams.normal(shape[1:])
+                streams.uniform(shape, torch.float64)
     compiled = [gaussian_noise._add_noise, dp_pix._noisy_cells, streams_module._normal, streams_module._uniform53]
     assert not any(k._over_limit for k in compiled)
     assert kernels.backend("cpu") == "compiled"
@@ -116,7 +121,8 @@ def test_a_kernel_over_the_recompile_limit_runs_eagerly_alone(monkeypatch: pytes
     monkeypatch.setattr(kernels, "_failed", {})
     fresh = kernels.Kernel(rng.words)
     seeds, counters = torch.tensor([5, 6]), torch.arange(9)
-    assert torch.equal(fresh(seeds, counters), rng.words(seeds, counters))
+    with kernels.using("compiled"):
+        assert torch.equal(fresh(seeds, counters), rng.words(seeds, counters))
     assert fresh._over_limit and kernels.backend("cpu") == "compiled"
 
 
@@ -136,6 +142,32 @@ def test_small_work_runs_eagerly_in_auto_mode_whatever_the_process_did_before(mo
     monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled small work"))
     with kernels.using(kernels.choose("cpu", 100)):
         assert torch.equal(double(torch.ones(3)), torch.full((3,), 2.0))
+    assert torch.equal(double(torch.ones(3)), torch.full((3,), 2.0))  # no release around it: the call's size decides
+
+
+def test_a_mechanism_decides_by_its_batch_unless_a_release_decided(monkeypatch: pytest.MonkeyPatch):
+    from mechanisms import _ops, gaussian_noise
+
+    compiled_calls = []
+
+    def counting(fn, **kwargs):
+        return lambda *args: compiled_calls.append(args[0].numel()) or fn(*args)
+
+    monkeypatch.setattr(torch, "compile", counting)
+    monkeypatch.setattr(gaussian_noise._add_noise, "_compiled", None)
+    monkeypatch.setattr(kernels, "PAYBACK_VALUES", 20_000)
+    monkeypatch.setattr(_ops, "CHUNK_VALUES", 5_000)  # every kernel call is below the payback, the batch is not
+    images = torch.randint(0, 256, (12, 3, 30, 22), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    streams = Streams.for_images(3, "kernels", 12)
+    mech = mechanisms.get("gaussian_noise")(sigma=20.0)
+    decided = mech.apply(images, generator=streams)
+    assert len(compiled_calls) > 1 and max(compiled_calls) < 20_000
+    compiled_calls.clear()
+    with kernels.using("eager"):  # a release decided for its split
+        assert torch.equal(mech.apply(images, generator=streams), decided)
+    assert not compiled_calls
+    assert torch.equal(mech.apply(images[:6], generator=streams[:6]), decided[:6])  # 11,880 values: eager
+    assert not compiled_calls
 
 
 def test_a_release_records_the_path_its_kernels_took(tmp_path):
