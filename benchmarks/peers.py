@@ -232,16 +232,18 @@ def bench_size(size: str, settings: list, args, threads: list[int], pool_ok: boo
     arr, boxes = np.ascontiguousarray(images.permute(0, 2, 3, 1).numpy()), [b.tolist() for b in boxes_t]
     streams, k, rows = Streams.for_images(0, "benchmark/peers", args.n), min(CHECK_IMAGES, args.n), []
     pool = PeerPool(arr, boxes, max(threads)) if pool_ok else None
+    path = kernel_path(args.kernels, images.numel())
     try:
         for name, params in settings:
             mech = mechanisms.get(name)(**params)
             use = boxes_t if mech.uses_boxes else None
             rates = {}
-            for t in threads:
-                torch.set_num_threads(t)
-                rates[t] = args.n / BM.timed(lambda: mech.apply(images, generator=streams, boxes=use), args.repeats)
-            torch.set_num_threads(1)
-            ours = mech.apply(images[:k], generator=streams[:k], boxes=use[:k] if use else None).permute(0, 2, 3, 1).numpy()
+            with kernels.using(path):
+                for t in threads:
+                    torch.set_num_threads(t)
+                    rates[t] = args.n / BM.timed(lambda: mech.apply(images, generator=streams, boxes=use), args.repeats)
+                torch.set_num_threads(1)
+                ours = mech.apply(images[:k], generator=streams[:k], boxes=use[:k] if use else None).permute(0, 2, 3, 1).numpy()
             results = [PeerResult(peer) for peer in impls.peers_for(name, params)]
             for res in results:
                 peer = res.peer
@@ -257,7 +259,7 @@ def bench_size(size: str, settings: list, args, threads: list[int], pool_ok: boo
                 res.rate1, res.images = peer_rate(peer, arr, boxes, args.repeats, args.peer_seconds, keep)
                 if pool:
                     res.rate_pool = pool.rate(peer, res.images, args.repeats, keep)
-            rows.append(Row(label(name, params), name, size, rates, results))
+            rows.append(Row(label(name, params), name, f"{size} ({path})", rates, results))
             print(f"  {size} {rows[-1].label} done", file=sys.stderr, flush=True)
     finally:
         if pool:
@@ -265,12 +267,14 @@ def bench_size(size: str, settings: list, args, threads: list[int], pool_ok: boo
     return rows
 
 
-def scale_rows(sizes: list[int], repeats: int, h: int = 128, w: int = 64) -> tuple[list[tuple], list[str]]:
+def scale_rows(sizes: list[int], repeats: int, mode: str = "release", h: int = 128,
+               w: int = 64) -> tuple[list[tuple], list[str]]:
     """Measures PrivBench's cost per value at one thread on batches of every size.
 
     Args:
         sizes: Numbers of images; each batch is made once and freed before the next.
         repeats: Timed runs per mechanism (median).
+        mode: ``--kernels``: the elementwise kernels' path (:func:`kernel_path`).
         h: Image height; w: width.
 
     Returns:
@@ -285,10 +289,12 @@ def scale_rows(sizes: list[int], repeats: int, h: int = 128, w: int = 64) -> tup
         for start in range(0, n, len(base)):  # in pieces: make_batch of 100,000 images needs tens of GB
             images[start : start + len(base)] = base[: n - start]
         streams = Streams.for_images(0, "benchmark/scale", n)
-        paths.append(f"{n:,}: {kernels.choose('cpu', images.numel())}")
+        path = kernel_path(mode, images.numel())
+        paths.append(f"{n:,}: {path}")
         for name, params in SCALE:
             mech = mechanisms.get(name)(**params)
-            seconds = BM.timed(lambda: mech.apply(images, generator=streams), repeats)
+            with kernels.using(path):
+                seconds = BM.timed(lambda: mech.apply(images, generator=streams), repeats)
             ns[label(name, params)].append(seconds / images.numel() * 1e9)
             print(f"  scale {n:,} {name} done", file=sys.stderr, flush=True)
         del images, streams, base
@@ -319,6 +325,16 @@ def render(header: tuple, body: list[tuple], markdown: bool) -> str:
     lines = ["  ".join(x.ljust(wd) for x, wd in zip(r, widths)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * wd for wd in widths))
     return "\n".join(lines)
+
+
+KERNEL_MODES = {"release": "the path a release of that many images takes (compiled from "
+                           f"{kernels.PAYBACK_VALUES:,} values, BENCH_COMPILE)",
+                "compiled": "always compiled (--kernels compiled)", "eager": "always eager (--kernels eager)"}
+
+
+def kernel_path(mode: str, values: int) -> str:
+    """Returns the elementwise kernels' path for ``--kernels`` and a batch of ``values`` values."""
+    return kernels.choose("cpu", values) if mode == "release" else mode
 
 
 def main_table(rows: list[Row], threads: list[int]) -> tuple[tuple, list[tuple]]:
@@ -363,7 +379,7 @@ def machine() -> str:
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     return (f"torch {torch.__version__}, numpy {np.__version__}, Pillow {PIL.__version__}, cv2 {cv}; "
             f"{os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable, {model}); load average {load}; "
-            f"kernels {kernels.backend('cpu')}")
+            f"kernels can run {kernels.backend('cpu')}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -380,6 +396,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="time a per-image peer on the first images that fit this many seconds per run (0: all)")
     p.add_argument("--discard-outputs", action="store_true",
                    help="peers drop each output before the next image (their writes then stay in cache)")
+    p.add_argument("--kernels", choices=("release", "compiled", "eager"), default="release",
+                   help="PrivBench's elementwise kernels: the path a release of that many images takes "
+                        "(BENCH_COMPILE's rule), or always compiled or eager")
     p.add_argument("--out", type=Path, help="also write the tables as Markdown to this file")
     return p.parse_args(argv)
 
@@ -394,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown mechanisms {sorted(unknown)} or bad --threads {args.threads!r}")
     outputs = "drop each output" if args.discard_outputs else "keep every output until the run ends"
     head = [machine(), f"{args.n} images per size, median of {args.repeats} runs; PrivBench at {threads} threads, "
-                       f"peers at 1 thread ({outputs})"]
+                       f"peers at 1 thread ({outputs}); PrivBench's elementwise kernels (after each size): "
+                       f"{KERNEL_MODES[args.kernels]}"]
     if impls.cv2 is None:
         head.append("cv2 is not importable: SEBA's OpenCV peers are skipped (pip install -e '.[bench]')")
     pool_ok = max(threads) > 1 and pool_usable()
@@ -411,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
                          (("mechanism", "implementation", "mean", "std", "expected mean", "expected std", "check", "note"), noise)))
     if not args.skip_scale:
         sizes = [int(v) for v in args.scale_sizes.split(",")]
-        scale, paths = scale_rows(sizes, args.repeats)
+        scale, paths = scale_rows(sizes, args.repeats, args.kernels)
         sections.append((f"Cost per value, 128x64 RGB, PrivBench at 1 thread (ns/value; elementwise kernels {'; '.join(paths)})",
                          (("mechanism", *(f"{n:,} images" for n in sizes), f"cost({sizes[-1]:,})/cost({sizes[0]:,})",
                            "target", ""), scale)))
