@@ -92,6 +92,7 @@ def test_a_bad_setting_is_a_user_error(monkeypatch: pytest.MonkeyPatch):
         kernels.backend("cpu")
 
 
+@pytest.mark.slow  # compiles about 24 kernel variants: 80-110 s cold on 2 cores
 def test_many_image_sizes_and_draw_shapes_stay_compiled(recwarn: pytest.WarningsRecorder):
     from bench import streams as streams_module
     from mechanisms import dp_pix, gaussian_noise
