@@ -13,8 +13,9 @@ with one warning; ``1`` compiles everything and lets a failure raise; ``0`` neve
 The choice depends only on the size of the work, never on what the process did before, so
 a cell takes the same path in a fresh process and in a long-lived grid worker. The work
 is what the innermost of these says: a release's split (:func:`using`, which
-:mod:`bench.release` and the audits set), else a mechanism's batch (:func:`deciding`, which the
-fused mechanisms' ``apply`` sets), else the kernel call's largest tensor argument.
+:mod:`bench.release` and the audits set), else a mechanism's batch or a draw's values (:func:`deciding`,
+which the fused mechanisms' ``apply`` and :class:`~bench.streams.Streams` set), else the
+kernel call's largest tensor argument.
 """
 
 from __future__ import annotations

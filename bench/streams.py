@@ -20,7 +20,7 @@ from typing import Sequence
 import torch
 
 from bench import rng
-from bench.kernels import Kernel, kernel
+from bench.kernels import Kernel, deciding, kernel
 from bench.seeding import derive_seed, image_seeds
 
 _MASK63 = (1 << 63) - 1
@@ -106,7 +106,8 @@ class Streams:
         shape = tuple(int(d) for d in shape)
         count = math.prod(shape)
         run = fn.eager if len(self) == 0 or count == 0 else fn
-        flat = run(self.seeds_on(self.device), rng.counters((count,), self.device), *extra)
+        with deciding(self.device, len(self) * count):
+            flat = run(self.seeds_on(self.device), rng.counters((count,), self.device), *extra)
         return flat.view(len(self), *shape)
 
     def uniform(self, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:

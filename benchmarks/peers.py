@@ -232,7 +232,7 @@ def bench_size(size: str, settings: list, args, threads: list[int], pool_ok: boo
     arr, boxes = np.ascontiguousarray(images.permute(0, 2, 3, 1).numpy()), [b.tolist() for b in boxes_t]
     streams, k, rows = Streams.for_images(0, "benchmark/peers", args.n), min(CHECK_IMAGES, args.n), []
     pool = PeerPool(arr, boxes, max(threads)) if pool_ok else None
-    path = kernel_path(args.kernels, images.numel())
+    path, keep = kernel_path(args.kernels, images.numel()), not args.discard_outputs
     try:
         for name, params in settings:
             mech = mechanisms.get(name)(**params)
@@ -255,7 +255,6 @@ def bench_size(size: str, settings: list, args, threads: list[int], pool_ok: boo
                     continue
                 res.agreement, same = impls.agreement(peer, name, mech.config, ours, theirs, arr[:k])
                 res.counts = peer.kind == "distribution" or (peer.kind == "exact" and same)
-                keep = not args.discard_outputs
                 res.rate1, res.images = peer_rate(peer, arr, boxes, args.repeats, args.peer_seconds, keep)
                 if pool:
                     res.rate_pool = pool.rate(peer, res.images, args.repeats, keep)

@@ -169,6 +169,11 @@ def test_a_mechanism_decides_by_its_batch_unless_a_release_decided(monkeypatch: 
     assert not compiled_calls
     assert torch.equal(mech.apply(images[:6], generator=streams[:6]), decided[:6])  # 11,880 values: eager
     assert not compiled_calls
+    from bench import streams as streams_module
+
+    monkeypatch.setattr(streams_module._normal, "_compiled", None)
+    Streams.for_images(0, "kernels", 100).normal((300,))  # 30,000 draws from arguments of 100 and 300 values
+    assert compiled_calls == [100]
 
 
 def test_a_release_records_the_path_its_kernels_took(tmp_path):
