@@ -200,7 +200,16 @@ def to_uint8(values: torch.Tensor) -> torch.Tensor:
     After adding 1/2 and clipping to [0, 255] every value is non-negative, so the cast's
     truncation is the floor.
     """
-    return values.add_(0.5).clamp_(0.0, 255.0).to(torch.uint8)
+    return cast_uint8(values.add_(0.5).clamp_(0.0, 255.0))
+
+
+def cast_uint8(values: torch.Tensor) -> torch.Tensor:
+    """Casts float values already in [0, 255] to uint8 (truncating), through int32.
+
+    Both casts give the same bytes on [0, 255]; torch's direct float-to-uint8 cast is
+    scalar on the CPU (about 1.6 ns a value on AVX2, against 0.25 ns through int32).
+    """
+    return values.to(torch.int32).to(torch.uint8)
 
 
 def draws_by_default(generator: Streams, method: str) -> bool:

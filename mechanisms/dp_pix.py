@@ -9,14 +9,14 @@ from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
 from bench.kernels import deciding, kernel
 from bench.registry import register_mechanism
 from mechanisms._dp import dp_pix_scale
-from mechanisms._ops import MAX_BLOCK, cell_counts, cell_means, chunks, draws_by_default, fill_cells, to_uint8
+from mechanisms._ops import MAX_BLOCK, cast_uint8, cell_counts, cell_means, chunks, draws_by_default, fill_cells, to_uint8
 
 
 @kernel
 def _noisy_cells(means: torch.Tensor, scale: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
     """One pass over means [N, C, Hc, Wc]: ``Streams.laplace`` draws, scaled per cell, added, rounded, clipped."""
     noise = rng.laplace(rng.words(seeds, rng.counters(means.shape[1:], means.device))).to(torch.float32)
-    return (means + noise * scale).add(0.5).clamp(0.0, 255.0).to(torch.uint8)
+    return cast_uint8(noise.mul_(scale).add_(means).add_(0.5).clamp_(0.0, 255.0))
 
 
 @register_mechanism("dp_pix")

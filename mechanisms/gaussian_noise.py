@@ -8,14 +8,14 @@ from bench import rng
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.kernels import deciding, kernel
 from bench.registry import register_mechanism
-from mechanisms._ops import chunks, draws_by_default, to_uint8
+from mechanisms._ops import cast_uint8, chunks, draws_by_default, to_uint8
 
 
 @kernel
 def _add_noise(images: torch.Tensor, seeds: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """One pass over images [N, C, H, W]: ``Streams.normal`` draws, scaled, added, rounded half up, clipped."""
     noise = rng.normal(rng.words(seeds, rng.counters(images.shape[1:], images.device)))
-    return (images.to(torch.float32) + noise * sigma).add(0.5).clamp(0.0, 255.0).to(torch.uint8)
+    return cast_uint8(noise.mul_(sigma).add_(images).add_(0.5).clamp_(0.0, 255.0))
 
 
 @register_mechanism("gaussian_noise")
