@@ -20,6 +20,7 @@ def cell_key(
     """Returns the key of one benchmark cell.
 
     A cell is (benchmark, mechanism, params, seed, profile); overrides of the task or attack
-    configuration (``options``) are part of it because they change the numbers.
+    configuration and the resolved settings' protocol key (``options``) are part of it
+    because they change the numbers.
     """
     return content_key("cell", task, mechanism, version, dict(params), seed, profile, dict(options or {}))

@@ -18,7 +18,7 @@ class Result:
     """One cell's outcome: a frozen, serialisable row.
 
     Attributes:
-        cell_key: Content key of the cell (task, mechanism, version, params, seed, profile).
+        cell_key: Content key of the cell (task, mechanism, version, params, seed, profile, overrides, protocol).
         task: Registered task name (the benchmark).
         dataset: Dataset name.
         mechanism: Registered mechanism name.
@@ -56,6 +56,8 @@ class Result:
         synthetic: Whether the data is a synthetic stand-in.
         device: Device the cell ran on.
         created: ISO timestamp.
+        protocol: Content key of the resolved task and attack settings (presets with
+            overrides, :func:`bench.runner.protocol_key`); empty in results written before it was recorded.
         schema: Serialisation schema version.
     """
 
@@ -87,6 +89,7 @@ class Result:
     images: dict[str, Any] = field(default_factory=dict)
     training_claim: dict[str, Any] | None = None
     groups: dict[str, Any] = field(default_factory=dict)
+    protocol: str = ""
     schema: int = RESULT_SCHEMA
 
     @property

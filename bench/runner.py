@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
 from bench import __version__, curves, scores
-from bench.cells import cell_key
+from bench.cells import cell_key, content_key
 from bench.config import PROFILES, did_you_mean
 from bench.datasets.base import ImageSet, Splits, load_dataset
 from bench.datasets.shards import configure_huggingface
@@ -93,6 +93,18 @@ class Plan:
     attacks: dict[str, Any]
     key: str
     device: torch.device
+    protocol: str = ""
+
+
+def protocol_key(task: Task, attacks: Mapping[str, Any]) -> str:
+    """Returns the content key of a cell's resolved task and attack settings (presets and overrides).
+
+    Part of the cell key and of the board key: a preset that changes between releases (a
+    profile's epochs, an adversary's training) makes new cells and new boards, so a result
+    computed under the old settings is neither returned for nor ranked beside the new ones.
+    """
+    return content_key("protocol", type(task).name, task.config_dict(),
+                       {name: attack.config_dict() for name, attack in sorted(attacks.items())})
 
 
 def resolve_device(name: str) -> torch.device:
@@ -161,13 +173,14 @@ def plan(config: RunConfig) -> Plan:
     cropped = face_crop_attacks(task_cls)
     for name, attack in attacks.items():
         attack.check_data(None if name in cropped else shape, config.split)
-    options: dict[str, Any] = {"overrides": config.overrides, "attacks": list(attack_names)}
+    protocol = protocol_key(task, attacks)
+    options: dict[str, Any] = {"overrides": config.overrides, "attacks": list(attack_names), "protocol": protocol}
     if config.split != "test":
         options["split"] = config.split
     key = cell_key(
         config.task, config.mechanism, type(mechanism).version, mechanism.config, config.seed, config.profile, options,
     )
-    return Plan(config, task, mechanism, attacks, key, resolve_device(config.device))
+    return Plan(config, task, mechanism, attacks, key, resolve_device(config.device), protocol)
 
 
 @dataclass
@@ -252,7 +265,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         release_metrics=dict(release.metrics), images=chain,
         training_claim=training_claim.to_dict() if training_claim else None, groups=groups,
-        skipped_attacks=skipped,
+        skipped_attacks=skipped, protocol=plan_.protocol,
     )
     return CellOutput(result, clean, release, recorded, ctx.tables)
 

@@ -165,6 +165,7 @@ def _board(row: pd.Series) -> BoardKey:
         synthetic=bool(synthetic) if synthetic is not None and synthetic == synthetic else True,
         dataset_fingerprint=_text(row.get("dataset_fingerprint")),
         settings=canonical_settings(overrides, attacks),
+        protocol=_text(row.get("protocol")),
     )
 
 

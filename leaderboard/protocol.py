@@ -1,9 +1,10 @@
 """What a board is: its key, and the rules' constants (docs/protocol.md).
 
 A board ranks like for like: one benchmark, one profile, one dataset (synthetic or real,
-by content fingerprint) and one set of benchmark-defining settings (the cell's task,
-attack and release overrides and its adversaries). Cells that differ in any of these never
-share a frontier.
+by content fingerprint), one set of benchmark-defining settings (the cell's task, attack
+and release overrides and its adversaries) and one protocol (the resolved task and attack
+settings, so a profile whose preset changed between releases is another board). Cells that
+differ in any of these never share a frontier.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ class BoardKey:
         synthetic: Whether the data is a synthetic stand-in.
         dataset_fingerprint: Content hash of the data.
         settings: Canonical settings (:func:`canonical_settings`).
+        protocol: ``Result.protocol``: the key of the resolved task and attack settings;
+            empty for results written before it was recorded (their own board).
     """
 
     benchmark: str
@@ -118,12 +121,13 @@ class BoardKey:
     synthetic: bool
     dataset_fingerprint: str
     settings: str
+    protocol: str = ""
 
     @property
     def id(self) -> str:
         """A short stable identifier (also the stem of the board's page)."""
-        return content_key("board", self.benchmark, self.profile, self.synthetic, self.dataset_fingerprint,
-                           self.settings)[:12]
+        parts = (self.benchmark, self.profile, self.synthetic, self.dataset_fingerprint, self.settings)
+        return content_key("board", *parts, *((self.protocol,) if self.protocol else ()))[:12]
 
     @property
     def data_label(self) -> str:
@@ -134,4 +138,5 @@ class BoardKey:
     @property
     def label(self) -> str:
         """One line naming everything that defines the board."""
-        return f"{self.benchmark} · profile {self.profile} · {self.data_label} · {settings_label(self.settings)}"
+        protocol = f" · protocol {self.protocol[:8]}" if self.protocol else ""
+        return f"{self.benchmark} · profile {self.profile}{protocol} · {self.data_label} · {settings_label(self.settings)}"

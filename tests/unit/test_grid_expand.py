@@ -83,6 +83,27 @@ def test_overrides_and_attacks_change_the_key(where):
     assert changed.config.overrides == {"task": {"epochs": 1}} and no_attacks.config.attacks == ()
 
 
+def test_a_changed_preset_is_another_cell_and_another_board(monkeypatch):
+    import bench.interfaces as interfaces
+    from bench.cells import content_key
+    from leaderboard.protocol import BoardKey
+
+    config = RunConfig(task="fewshot_synth_faces", mechanism="pixelate", params={"block": 4}, seed=0, profile="smoke")
+    before, real = plan(config), interfaces.load_preset
+
+    def edited(package, name, profile, owner=""):
+        values = real(package, name, profile, owner)
+        return {**values, "epochs": values["epochs"] + 1} if name == "face_reid" else values
+
+    monkeypatch.setattr(interfaces, "load_preset", edited)
+    after = plan(config)
+    assert after.attacks["face_reid"].config.epochs == before.attacks["face_reid"].config.epochs + 1
+    assert before.protocol != after.protocol and before.key != after.key
+    boards = [BoardKey("b", "smoke", True, "fp", "{}", protocol) for protocol in ("", before.protocol, after.protocol)]
+    assert len({board.id for board in boards}) == 3
+    assert boards[0].id == content_key("board", "b", "smoke", True, "fp", "{}")[:12]  # boards of older results keep their ids
+
+
 @pytest.mark.parametrize(
     "changes, fragment",
     [
