@@ -24,3 +24,18 @@ def cell_key(
     because they change the numbers.
     """
     return content_key("cell", task, mechanism, version, dict(params), seed, profile, dict(options or {}))
+
+
+def protocol_key(task: Any, attacks: Mapping[str, Any]) -> str:
+    """Returns the content key of a cell's resolved task and attack settings (presets and overrides).
+
+    Part of the cell key and of the board key: a preset that changes between releases (a
+    profile's epochs, an adversary's training) makes new cells and new boards, so a result
+    computed under the old settings is neither returned for nor ranked beside the new ones.
+
+    Args:
+        task: The cell's :class:`~bench.interfaces.Task`.
+        attacks: Attack name -> the cell's :class:`~bench.interfaces.Attack`.
+    """
+    return content_key("protocol", type(task).name, task.config_dict(),
+                       {name: attack.config_dict() for name, attack in sorted(attacks.items())})

@@ -57,7 +57,7 @@ class Result:
         device: Device the cell ran on.
         created: ISO timestamp.
         protocol: Content key of the resolved task and attack settings (presets with
-            overrides, :func:`bench.runner.protocol_key`); empty in results written before it was recorded.
+            overrides, :func:`bench.cells.protocol_key`); empty in results written before it was recorded.
         schema: Serialisation schema version.
     """
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable
 
 import torch
 
 from bench import __version__, curves, scores
-from bench.cells import cell_key, content_key
+from bench.cells import cell_key, protocol_key
 from bench.config import PROFILES, did_you_mean
 from bench.datasets.base import ImageSet, Splits, load_dataset
 from bench.datasets.shards import configure_huggingface
@@ -94,17 +94,6 @@ class Plan:
     key: str
     device: torch.device
     protocol: str = ""
-
-
-def protocol_key(task: Task, attacks: Mapping[str, Any]) -> str:
-    """Returns the content key of a cell's resolved task and attack settings (presets and overrides).
-
-    Part of the cell key and of the board key: a preset that changes between releases (a
-    profile's epochs, an adversary's training) makes new cells and new boards, so a result
-    computed under the old settings is neither returned for nor ranked beside the new ones.
-    """
-    return content_key("protocol", type(task).name, task.config_dict(),
-                       {name: attack.config_dict() for name, attack in sorted(attacks.items())})
 
 
 def resolve_device(name: str) -> torch.device:
