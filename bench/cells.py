@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 
 def content_key(*parts: Any) -> str:
@@ -26,7 +26,7 @@ def cell_key(
     return content_key("cell", task, mechanism, version, dict(params), seed, profile, dict(options or {}))
 
 
-def protocol_key(task: Any, attacks: Mapping[str, Any]) -> str:
+def protocol_key(task: Any, attacks: Mapping[str, Any], leave_out: Iterable[str] = ()) -> str:
     """Returns the content key of a cell's resolved task and attack settings (presets and overrides).
 
     Part of the cell key and of the board key: a preset that changes between releases (a
@@ -36,6 +36,19 @@ def protocol_key(task: Any, attacks: Mapping[str, Any]) -> str:
     Args:
         task: The cell's :class:`~bench.interfaces.Task`.
         attacks: Attack name -> the cell's :class:`~bench.interfaces.Attack`.
+        leave_out: Dotted task settings left out: the board's key leaves out the task's
+            ``entry_settings``, which make rows of one board (dp_vit's ``training``).
     """
-    return content_key("protocol", type(task).name, task.config_dict(),
+    return content_key("protocol", type(task).name, _without(task.config_dict(), leave_out),
                        {name: attack.config_dict() for name, attack in sorted(attacks.items())})
+
+
+def _without(values: Mapping[str, Any], paths: Iterable[str]) -> dict[str, Any]:
+    out = dict(values)
+    for path in paths:
+        head, _, rest = path.partition(".")
+        if head in out and not rest:
+            del out[head]
+        elif head in out and isinstance(out[head], Mapping):
+            out[head] = _without(out[head], [rest])
+    return out

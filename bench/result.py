@@ -57,7 +57,8 @@ class Result:
         device: Device the cell ran on.
         created: ISO timestamp.
         protocol: Content key of the resolved task and attack settings (presets with
-            overrides, :func:`bench.cells.protocol_key`); empty in results written before it was recorded.
+            overrides) less the task's entry settings (:func:`bench.cells.protocol_key`): part
+            of the board's key. Empty in results written before it was recorded.
         schema: Serialisation schema version.
     """
 

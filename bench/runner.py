@@ -94,6 +94,7 @@ class Plan:
     key: str
     device: torch.device
     protocol: str = ""
+    """The board's protocol key (:func:`bench.cells.protocol_key` less the task's entry settings)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -162,14 +163,15 @@ def plan(config: RunConfig) -> Plan:
     cropped = face_crop_attacks(task_cls)
     for name, attack in attacks.items():
         attack.check_data(None if name in cropped else shape, config.split)
-    protocol = protocol_key(task, attacks)
-    options: dict[str, Any] = {"overrides": config.overrides, "attacks": list(attack_names), "protocol": protocol}
+    options: dict[str, Any] = {"overrides": config.overrides, "attacks": list(attack_names),
+                               "protocol": protocol_key(task, attacks)}
     if config.split != "test":
         options["split"] = config.split
     key = cell_key(
         config.task, config.mechanism, type(mechanism).version, mechanism.config, config.seed, config.profile, options,
     )
-    return Plan(config, task, mechanism, attacks, key, resolve_device(config.device), protocol)
+    board_protocol = protocol_key(task, attacks, leave_out=task_cls.entry_settings)
+    return Plan(config, task, mechanism, attacks, key, resolve_device(config.device), board_protocol)
 
 
 @dataclass

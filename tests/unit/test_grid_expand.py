@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,14 @@ def test_a_changed_preset_is_another_cell_and_another_board(monkeypatch):
     boards = [BoardKey("b", "smoke", True, "fp", "{}", protocol) for protocol in ("", before.protocol, after.protocol)]
     assert len({board.id for board in boards}) == 3
     assert boards[0].id == content_key("board", "b", "smoke", True, "fp", "{}")[:12]  # boards of older results keep their ids
+
+
+def test_a_training_method_is_another_cell_on_the_same_board():
+    config = RunConfig(task="dp_vit_synth_objects", mechanism="identity", seed=0, profile="smoke")
+    flat = plan(config)
+    per_layer = plan(dataclasses.replace(config, overrides={"task": {"training.clipping": "per_layer"}}))
+    assert per_layer.task.config.training.clipping == "per_layer"
+    assert flat.key != per_layer.key and flat.protocol == per_layer.protocol
 
 
 @pytest.mark.parametrize(
