@@ -203,6 +203,9 @@ def test_serve_answers_on_loopback(board):
         [sys.executable, "-X", "faulthandler", "-m", "bench",
          *lb(board, "serve", "--port", "0", "--out", str(board["site"]), "--rebuild")],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A suite started as a background job inherits SIGINT ignored, and Python then installs
+        # no KeyboardInterrupt handler: give the server Ctrl-C back, as a terminal has it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         line = proc.stdout.readline()
