@@ -112,8 +112,9 @@ class BoardKey:
         synthetic: Whether the data is a synthetic stand-in.
         dataset_fingerprint: Content hash of the data.
         settings: Canonical settings (:func:`canonical_settings`).
-        protocol: ``Result.protocol``: the key of the resolved task and attack settings;
-            empty for results written before it was recorded (their own board).
+        protocol: ``Result.protocol``: the key of the resolved task and attack settings less
+            the task's entry settings; empty for results written before it was recorded
+            (their own board).
     """
 
     benchmark: str
