@@ -58,7 +58,16 @@ class _SplittableRandom:
         return _SplittableRandom(self.next_long(), _mix_gamma(self._next_seed()))
 
 
-def test_mix64_reproduces_splitmix64_known_answers():
+@pytest.fixture(params=[1, 2], ids=["host-1-thread", "torch-2-threads"])
+def threads(request):
+    """Runs a test at one thread (numpy's uint64 path) and at two (torch's int64 path)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def test_mix64_reproduces_splitmix64_known_answers(threads: int):
     # Vigna's splitmix64.c: seed 0 starts 0xE220A8397B1DCDAF; seed 1234567 starts as below.
     assert int(rng.mix64(torch.tensor([rng.GOLDEN]))) == _signed(0xE220A8397B1DCDAF)
     parent = _SplittableRandom(1234567)
@@ -68,7 +77,7 @@ def test_mix64_reproduces_splitmix64_known_answers():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 1234567, (1 << 63) - 1, 0x5DEECE66D])
-def test_each_image_stream_is_the_first_split_of_its_seed(seed: int):
+def test_each_image_stream_is_the_first_split_of_its_seed(seed: int, threads: int):
     child = _SplittableRandom(seed).split()
     expected = [_signed(child.next_long()) for _ in range(40)]
     counters = torch.arange(40)
@@ -77,6 +86,27 @@ def test_each_image_stream_is_the_first_split_of_its_seed(seed: int):
     for _ in range(960):
         child.next_long()
     assert int(rng.words(torch.tensor([seed]), torch.tensor([1000]))[0, 0]) == _signed(child.next_long())
+
+
+def test_numpy_and_torch_paths_give_the_same_words():
+    g = torch.Generator().manual_seed(5)
+    seeds = torch.randint(-(1 << 63), (1 << 63) - 1, (48,), generator=g)
+    counters = torch.randint(0, 1 << 40, (60, 50), generator=g)
+    cases = [(seeds, counters), (seeds[::3], counters[:, ::7]), (seeds, torch.tensor(7)), (seeds[:0], counters)]
+
+    def draw(threads: int) -> list[torch.Tensor]:
+        torch.set_num_threads(threads)
+        assert rng._on_host_thread(counters) == (threads == 1)
+        with torch.inference_mode():
+            return [rng.words(s, c) for s, c in cases] + [rng.mix64(counters)]
+
+    before = torch.get_num_threads()
+    try:
+        host, with_torch = draw(1), draw(2)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(host, with_torch, strict=True):
+        assert a.shape == b.shape and torch.equal(a, b)
 
 
 def test_gamma_is_odd_with_enough_bit_transitions():
