@@ -68,7 +68,7 @@ def _on_host_thread(z: torch.Tensor) -> bool:
 
     torch's int64 kernels lack a vectorised 64-bit multiply and a logical shift on AVX2
     (0.5-0.7 ns a value for ``mul_``, against numpy's 0.23; a mask after every shift), so
-    numpy makes eager gaussian_noise 1.08-1.15x faster at one thread. numpy runs on one
+    numpy makes eager gaussian_noise 1.04-1.15x faster at one thread. numpy runs on one
     thread, and at two torch's parallel kernels are faster; compiled kernels never take it.
     """
     return (not torch.compiler.is_compiling() and z.device.type == "cpu" and z.dtype == torch.int64
