@@ -21,7 +21,7 @@ floating-point parts agree to the last bit or two of a float.
 Arithmetic is int64 with wrap-around, as in C's uint64_t: ``_lshr`` is the logical
 shift, and the multiplier constants are the unsigned ones written as signed integers.
 Eagerly on the CPU at one thread, :func:`words` runs its integer arithmetic on numpy's
-uint64 views of the same buffers (:func:`_on_host_thread`): the same words, exactly.
+uint64 views of the same buffers (:func:`_uses_numpy`): the same words, exactly.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def _xor_lshr_(z: torch.Tensor, n: int) -> torch.Tensor:
     return z
 
 
-def _on_host_thread(z: torch.Tensor) -> bool:
+def _uses_numpy(z: torch.Tensor) -> bool:
     """Whether int64 ``z``'s integer maps run on numpy's uint64: eagerly, on the CPU, at one thread.
 
     torch's int64 kernels lack a vectorised 64-bit multiply and a logical shift on AVX2
@@ -79,7 +79,7 @@ def _u64(value: int) -> np.uint64:
     return np.uint64(value & 0xFFFFFFFFFFFFFFFF)
 
 
-def _mix64_host_(z: np.ndarray) -> None:
+def _mix64_numpy_(z: np.ndarray) -> None:
     """:func:`_mix64_` on a uint64 array, in place."""
     spare = np.empty_like(z)
     for shift, factor in ((30, _MIX64_A), (27, _MIX64_B)):
@@ -95,8 +95,8 @@ def _mix64_(z: torch.Tensor) -> torch.Tensor:
     as long with them), so the per-value maps update their own intermediates in place;
     compiled kernels fuse either form into one pass.
     """
-    if _on_host_thread(z):
-        _mix64_host_(z.numpy().view(np.uint64))
+    if _uses_numpy(z):
+        _mix64_numpy_(z.numpy().view(np.uint64))
         return z
     _xor_lshr_(z, 30).mul_(_MIX64_A)
     _xor_lshr_(z, 27).mul_(_MIX64_B)
@@ -145,11 +145,11 @@ def words(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     """
     state, gamma = stream_keys(seeds)
     view = (-1,) + (1,) * counters.dim()
-    if _on_host_thread(counters):
+    if _uses_numpy(counters):
         z = torch.empty((len(seeds), *counters.shape), dtype=torch.int64)
-        host = z.numpy().view(np.uint64)
-        np.multiply((counters + 1).numpy().view(np.uint64), gamma.view(view).numpy().view(np.uint64), out=host)
-        host += state.view(view).numpy().view(np.uint64)
+        unsigned = z.numpy().view(np.uint64)
+        np.multiply((counters + 1).numpy().view(np.uint64), gamma.view(view).numpy().view(np.uint64), out=unsigned)
+        unsigned += state.view(view).numpy().view(np.uint64)
         return _mix64_(z)
     z = (counters + 1) * gamma.view(view)
     return _mix64_(z.add_(state.view(view)))

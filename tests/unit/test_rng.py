@@ -58,7 +58,7 @@ class _SplittableRandom:
         return _SplittableRandom(self.next_long(), _mix_gamma(self._next_seed()))
 
 
-@pytest.fixture(params=[1, 2], ids=["host-1-thread", "torch-2-threads"])
+@pytest.fixture(params=[1, 2], ids=["numpy-1-thread", "torch-2-threads"])
 def threads(request):
     """Runs a test at one thread (numpy's uint64 path) and at two (torch's int64 path)."""
     before = torch.get_num_threads()
@@ -96,7 +96,7 @@ def test_numpy_and_torch_paths_give_the_same_words():
 
     def draw(threads: int) -> list[torch.Tensor]:
         torch.set_num_threads(threads)
-        assert rng._on_host_thread(counters) == (threads == 1)
+        assert rng._uses_numpy(counters) == (threads == 1)
         with torch.inference_mode():
             return [rng.words(s, c) for s, c in cases] + [rng.mix64(counters)]
 
