@@ -75,16 +75,16 @@ def _uses_numpy(z: torch.Tensor) -> bool:
             and torch.get_num_threads() == 1)
 
 
-def _u64(value: int) -> np.uint64:
-    return np.uint64(value & 0xFFFFFFFFFFFFFFFF)
+_MIX64_STEPS_U64 = tuple((np.uint64(shift), np.uint64(factor & 0xFFFFFFFFFFFFFFFF))
+                         for shift, factor in ((30, _MIX64_A), (27, _MIX64_B)))
 
 
 def _mix64_numpy_(z: np.ndarray) -> None:
     """:func:`_mix64_` on a uint64 array, in place."""
     spare = np.empty_like(z)
-    for shift, factor in ((30, _MIX64_A), (27, _MIX64_B)):
-        z ^= np.right_shift(z, np.uint64(shift), out=spare)
-        z *= _u64(factor)
+    for shift, factor in _MIX64_STEPS_U64:
+        z ^= np.right_shift(z, shift, out=spare)
+        z *= factor
     z ^= np.right_shift(z, np.uint64(31), out=spare)
 
 
