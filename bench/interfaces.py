@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import abc
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 
-from bench import scores
+from bench.claims import PrivacyClaim
 from bench.config import build_config, load_preset
 from bench.datasets.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
+from bench.outcomes import AttackOutcome, privacy_score
 from bench.params import Param, ParamSpace
 from bench.result import RESULT_SCHEMA, Result
 from bench.streams import Streams
@@ -32,47 +33,8 @@ __all__ = [
     "Splits",
     "Streams",
     "Task",
+    "privacy_score",
 ]
-
-
-@dataclass(frozen=True)
-class PrivacyClaim:
-    """A formal guarantee, typed by the neighbourhood it protects.
-
-    Claims with different units are never compared as one number.
-
-    Attributes:
-        epsilon: The privacy budget.
-        delta: The failure probability (0 for pure DP).
-        unit: The neighbourhood, e.g. ``"m-pixel (m=1)"``, ``"any image of this size"``.
-        note: Caveats (e.g. a data-dependent step the accountant does not cover).
-        withheld: Released splits the claim does not cover (e.g. the split a mechanism
-            was fitted on).
-        backed: Whether the code can back ``epsilon``. False for a nominal epsilon that an
-            analysis does not cover (a clipping threshold computed from private data):
-            such a claim is printed and ranked as ``unbacked``, never as a plain epsilon.
-        method: The training method the claim is about (``DP-SGD(flat, ε=3)``); empty for
-            a mechanism's claim.
-    """
-
-    epsilon: float
-    delta: float = 0.0
-    unit: str = ""
-    note: str = ""
-    withheld: tuple[str, ...] = ()
-    backed: bool = True
-    method: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """Returns the claim as a JSON-ready dict."""
-        return asdict(self)
-
-    def __str__(self) -> str:
-        delta = f", delta={self.delta:g}" if self.delta else ""
-        withheld = f" (withheld for {', '.join(self.withheld)})" if self.withheld else ""
-        if not self.backed:
-            return f"unbacked (nominal epsilon={self.epsilon:g}{delta}) [{self.unit}]{withheld}"
-        return f"epsilon={self.epsilon:g}{delta} [{self.unit}]{withheld}"
 
 
 class Mechanism(abc.ABC):
@@ -368,61 +330,6 @@ class Task(_Configurable):
         Raises:
             BenchError: A setting the data cannot serve; the message names the setting.
         """
-
-
-@dataclass(frozen=True)
-class AttackOutcome:
-    """What an adversary achieved.
-
-    An attack with several targets (one per attribute, say) reports each as a part; its
-    privacy score is then the worst over the parts whose clean advantage is significant,
-    and the others are flagged, never counted as protected.
-
-    Attributes:
-        metrics: All raw metrics (primary on release, on clean images, chance, extras).
-        value: The primary metric on released images.
-        clean: The primary metric on clean images.
-        chance: The primary metric of a guess that ignores the images.
-        trials: How many probes ``clean`` was measured on (for the significance test of
-            its advantage over chance); None skips the test (only the sign is checked).
-        pvalue: The attack's own p-value of its clean advantage (a Mann-Whitney test of
-            an AUC, say), used instead of the binomial test on ``trials``.
-        parts: Target name -> its own outcome; when present they define the score.
-        groups: The attack per demographic group (:func:`bench.groups.attack_groups`);
-            with parts, each part's own ``groups``.
-    """
-
-    metrics: dict[str, float]
-    value: float
-    clean: float
-    chance: float
-    trials: int | None = None
-    parts: Mapping[str, "AttackOutcome"] = field(default_factory=dict)
-    pvalue: float | None = None
-    groups: Mapping[str, Any] = field(default_factory=dict)
-
-    def scores(self) -> dict[str, float | None]:
-        """Returns target -> privacy score (None: undefined); ``""`` names a single-target attack."""
-        if self.parts:
-            return {name: part.privacy() for name, part in self.parts.items()}
-        return {"": scores.privacy_score(self.value, self.clean, self.chance, self.trials, pvalue=self.pvalue)}
-
-    def privacy(self) -> float | None:
-        """Returns the worst defined privacy score over the targets (DESIGN.md), or None."""
-        return scores.worst(self.scores().values())
-
-    def flags(self) -> dict[str, str]:
-        """Returns target -> ``attack too weak`` for targets whose score is undefined."""
-        return scores.undefined_flags(self.scores())
-
-
-def privacy_score(value: float, clean: float, chance: float, trials: int | None = None) -> float | None:
-    """Returns ``1 - clip((value - chance) / (clean - chance), 0, 1)``; None when undefined.
-
-    See :func:`bench.scores.privacy_score`: the score is undefined (never 1.0) when the
-    attack's advantage on clean images is not significantly above chance.
-    """
-    return scores.privacy_score(value, clean, chance, trials)
 
 
 class Attack(_Configurable):
