@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from bench.cells import content_key
 from bench.errors import BenchError
 from bench.grid import Cell, CellOutcome, cell_label
+from bench.tune_storage import (
+    OVER_BUDGET, WORKER, counted_trials, fail_dead_trials, journal_path, open_storage, uses_budget, worker_id,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -29,8 +32,6 @@ if TYPE_CHECKING:
     from bench.runner import RunConfig
 
 OBJECTIVES = ("utility", "privacy")
-OVER_BUDGET = "bench.over_budget"
-WORKER = "bench.worker"
 
 
 @dataclass(frozen=True)
@@ -106,50 +107,6 @@ def search_space(space: "ParamSpace", fixed: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
-def storage_text(url: str | None, results_dir: Path) -> str:
-    """Returns where a study lives, for the user: the journal file, or the RDB URL."""
-    path = journal_path(url, results_dir)
-    return f"journal {path}" if path is not None else str(url)
-
-
-def journal_path(url: str | None, results_dir: Path) -> Path | None:
-    """Returns the journal file a storage URL names, or None for an RDB URL; writes nothing.
-
-    Raises:
-        BenchError: Neither an RDB URL nor a journal.
-    """
-    if url and "://" in url and not url.startswith("journal:"):
-        return None
-    if url is None:
-        return Path(results_dir) / "optuna.journal"
-    if url.startswith("journal:"):
-        return Path(url[len("journal:"):].removeprefix("//"))
-    if url.endswith((".journal", ".log")):
-        return Path(url)
-    raise BenchError(f"--storage {url!r}: use an RDB URL (sqlite:///f.db, postgresql://...) or journal:PATH")
-
-
-def open_storage(url: str | None, results_dir: Path) -> Any:
-    """Returns the Optuna storage for a URL (journal file by default).
-
-    Raises:
-        BenchError: A URL that is neither, or the journal file's folder cannot be created.
-    """
-    path = journal_path(url, results_dir)
-    if path is None:
-        from optuna.storages import RDBStorage
-
-        return RDBStorage(url, heartbeat_interval=60, grace_period=180)
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BenchError(f"cannot create the folder of the journal {path}: {exc}") from None
-    return JournalStorage(JournalFileBackend(str(path)))
-
-
 def open_study(config: TuneConfig) -> "optuna.Study":
     """Creates the study, or loads it when another worker created it already."""
     import optuna
@@ -203,9 +160,9 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
     fail_dead_trials(study)
 
     def objective(trial: "optuna.Trial") -> tuple[float, float]:
-        trial.set_user_attr(WORKER, _worker_id())
+        trial.set_user_attr(WORKER, worker_id())
         earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
-        if sum(map(_counts, earlier)) >= config.trials:
+        if sum(map(uses_budget, earlier)) >= config.trials:
             trial.set_user_attr(OVER_BUDGET, True)
             raise optuna.TrialPruned("the study has its trials")
         chosen = {name: rounded(_suggest(trial, name, dist)) for name, dist in space.items()}
@@ -232,10 +189,10 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
         return float(result.utility_value), float(privacy)
 
     def stop_when_full(study: "optuna.Study", trial: Any) -> None:
-        if _counted(study) >= config.trials:
+        if counted_trials(study) >= config.trials:
             study.stop()
 
-    if _counted(study) < config.trials:
+    if counted_trials(study) < config.trials:
         study.optimize(objective, n_trials=None, callbacks=[stop_when_full], catch=(_TrialFailed,), gc_after_trial=True)
     for trial in study.best_trials:
         run_id = trial.user_attrs.get("run_id")
@@ -303,13 +260,6 @@ class Selected:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-def still_running(study: "optuna.Study") -> int:
-    """Returns how many counted trials of the study are still running (in other workers)."""
-    from optuna.trial import TrialState
-
-    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if _counts(t))
-
-
 def run_selected_on_test(config: TuneConfig, study: "optuna.Study",
                          on_cell: Callable[[CellOutcome], None] = lambda outcome: None) -> list[Selected]:
     """Runs each configuration of the study's Pareto set once on the test split, as an ordinary cell.
@@ -369,52 +319,6 @@ def _suggest(trial: "optuna.Trial", name: str, dist: Any) -> Any:
     if isinstance(dist, IntDistribution):
         return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
     return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
-
-
-def _counts(trial: Any) -> bool:
-    """Whether a trial uses the budget: not over it, and not a FAIL left by a dead worker."""
-    from optuna.trial import TrialState
-
-    if trial.user_attrs.get(OVER_BUDGET):
-        return False
-    return not (trial.state == TrialState.FAIL and "error" not in trial.user_attrs)
-
-
-def _counted(study: "optuna.Study") -> int:
-    return sum(map(_counts, study.get_trials(deepcopy=False)))
-
-
-def _worker_id() -> str:
-    import os
-    import socket
-
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def fail_dead_trials(study: "optuna.Study") -> int:
-    """Marks FAIL the RUNNING trials of workers on this machine that no longer exist; returns how many.
-
-    Their trials then no longer use the budget. (RDB storages also fail the stale trials of
-    other machines, by heartbeat.)
-    """
-    import os
-    import socket
-
-    from optuna.trial import TrialState
-
-    host, count = socket.gethostname(), 0
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        worker_host, _, pid = str(trial.user_attrs.get(WORKER, "")).rpartition(":")
-        if worker_host != host or not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
-            count += 1
-        except PermissionError:
-            continue
-    return count
 
 
 def pareto_rows(study: "optuna.Study") -> list[dict[str, Any]]:

@@ -42,7 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def tune(args: argparse.Namespace) -> int:
     """Runs trials until the study is full, prints its Pareto trials and runs them on test."""
     from bench.errors import BenchError
-    from bench.tune import TuneConfig, run_selected_on_test, still_running, storage_text
+    from bench.tune import TuneConfig, run_selected_on_test
+    from bench.tune_storage import still_running, storage_text
     from bench.tune import tune as run_study
 
     if args.trials < 1:
@@ -99,9 +100,10 @@ def format_pareto(study: "optuna.Study", trials: int) -> str:
     """Returns the study's state and its Pareto trials (validation split) as a table."""
     from optuna.trial import TrialState
 
-    from bench.tune import _counts, pareto_rows
+    from bench.tune import pareto_rows
+    from bench.tune_storage import uses_budget
 
-    counted = [t for t in study.get_trials(deepcopy=False) if _counts(t)]
+    counted = [t for t in study.get_trials(deepcopy=False) if uses_budget(t)]
     states = {s: sum(t.state == s for t in counted) for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)}
     lines = [
         f"study {study.study_name}: {states[TrialState.COMPLETE]} complete, {states[TrialState.FAIL]} failed, "

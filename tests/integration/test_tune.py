@@ -153,7 +153,7 @@ def test_trials_of_dead_workers_are_failed_and_leave_the_budget(tmp_path):
     import optuna
     from optuna.trial import TrialState
 
-    from bench.tune import WORKER, _counted, fail_dead_trials, open_storage
+    from bench.tune_storage import WORKER, counted_trials, fail_dead_trials, open_storage
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -163,8 +163,8 @@ def test_trials_of_dead_workers_are_failed_and_leave_the_budget(tmp_path):
     orphan.set_user_attr(WORKER, f"{socket.gethostname()}:{dead.pid}")
     alive.set_user_attr(WORKER, f"{socket.gethostname()}:{os.getpid()}")
     elsewhere.set_user_attr(WORKER, f"other-host:{dead.pid}")
-    assert _counted(study) == 3
+    assert counted_trials(study) == 3
     assert fail_dead_trials(study) == 1
     states = {t.number: t.state for t in study.trials}
     assert states == {0: TrialState.FAIL, 1: TrialState.RUNNING, 2: TrialState.RUNNING}
-    assert _counted(study) == 2
+    assert counted_trials(study) == 2
