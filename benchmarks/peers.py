@@ -38,12 +38,8 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
-import multiprocessing
 import os
-import statistics
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 # Run as a script, this file's folder comes first on sys.path and benchmarks/mechanisms.py
@@ -73,6 +69,11 @@ def _load(stem: str):
 
 
 impls = _load("_peer_impls")
+timing = _load("_peer_timing")
+tables = _load("_peer_tables")
+PeerPool, peer_rate, run_peer = timing.PeerPool, timing.peer_rate, timing.run_peer
+PeerResult, Row, main_table, peers_table, report = (tables.PeerResult, tables.Row, tables.main_table,
+                                                    tables.peers_table, tables.report)
 BM = impls.BM
 DP_PIX = {"epsilon": 3.0, "block": 4, "m": 1}
 SETTINGS: list[tuple[str, dict]] = [
@@ -83,8 +84,6 @@ SETTINGS: list[tuple[str, dict]] = [
 """(mechanism, parameters) rows; image_dp at the paper's defaults, face_blur as the released code."""
 SCALE = [("pixelate", {"block": 4}), ("dp_pix", DP_PIX), ("gaussian_noise", {"sigma": 40.0}), ("image_dp", {}),
          ("blur", {"radius": 2.0})]
-TARGETS = {"blur": 0.8, "face_blur": 0.8}
-"""Target of PrivBench / fastest peer where it is not 1.0."""
 SCALE_TARGET = 1.3
 CHECK_IMAGES = 16
 
@@ -95,93 +94,6 @@ def label(name: str, params: dict) -> str:
     return " ".join([name] + [f"{short[k]}={v:g}" for k, v in params.items() if k in short])
 
 
-@dataclass
-class PeerResult:
-    """One peer's rates (None: not measured) and agreement on one row."""
-
-    peer: "impls.Peer"
-    rate1: float | None = None
-    rate_pool: float | None = None
-    images: int = 0
-    agreement: str = ""
-    counts: bool = False
-
-
-@dataclass
-class Row:
-    """One (mechanism setting, size): PrivBench's rate per thread count and the peers'."""
-
-    label: str
-    name: str
-    size: str
-    privbench: dict[int, float]
-    peers: list[PeerResult]
-
-    def fastest(self) -> PeerResult | None:
-        """Returns the fastest counted peer at one process, or None."""
-        counted = [p for p in self.peers if p.counts and p.rate1]
-        return max(counted, key=lambda p: p.rate1) if counted else None
-
-
-# --- the process pool (spawn: the workers start clean, at one thread) ----------------------
-
-_WORKER: dict = {}
-
-
-def _worker_init(images: np.ndarray, boxes: list) -> None:
-    torch.set_num_threads(1)
-    if impls.cv2 is not None:
-        impls.cv2.setNumThreads(1)
-        impls.cv2.setRNGSeed(os.getpid())
-    _WORKER.update(images=images, boxes=boxes, rng=np.random.default_rng(os.getpid()))
-
-
-def _run_peer(peer, images: np.ndarray, boxes: list, rng: np.random.Generator, start: int, stop: int,
-              keep: bool) -> None:
-    """Runs ``peer`` on images ``start:stop``, holding every output until the end when ``keep``."""
-    kept = []
-    for i in range(start, stop):
-        if keep:
-            kept.append(peer(images[i], boxes[i], rng))
-        else:
-            peer(images[i], boxes[i], rng)
-
-
-def _worker_chunk(peer, start: int, stop: int, keep: bool) -> int:
-    _run_peer(peer, _WORKER["images"], _WORKER["boxes"], _WORKER["rng"], start, stop, keep)
-    return stop - start
-
-
-class PeerPool:
-    """``workers`` spawned processes holding one size's images; times peers mapped over them."""
-
-    def __init__(self, images: np.ndarray, boxes: list, workers: int):
-        self.workers = workers
-        self.pool = multiprocessing.get_context("spawn").Pool(workers, _worker_init, (images, boxes))
-        self.pool.starmap(time.sleep, [(0.2,)] * (4 * workers))  # wait until every worker is up and idle
-
-    def rate(self, peer, count: int, repeats: int, keep: bool) -> float:
-        """Returns images per second of ``peer`` mapped over the first ``count`` images.
-
-        Each worker gets one contiguous share and, with ``keep``, holds its outputs until
-        the share is done.
-        """
-        edges = np.linspace(0, count, min(count, self.workers) + 1).astype(int)
-        tasks = [(peer, int(a), int(b), keep) for a, b in zip(edges[:-1], edges[1:])]
-        self.pool.starmap(_worker_chunk, [(peer, 0, min(2, count), keep)] * self.workers)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            done = sum(self.pool.starmap(_worker_chunk, tasks, chunksize=1))
-            times.append(time.perf_counter() - start)
-        assert done == count
-        return count / statistics.median(times)
-
-    def close(self) -> None:
-        self.pool.terminate()
-        self.pool.join()
-
-
 def pool_usable() -> bool:
     """Spawned workers re-import the main script: the pool needs this file run as one."""
     main = getattr(sys.modules.get("__main__"), "__file__", None)
@@ -189,32 +101,6 @@ def pool_usable() -> bool:
 
 
 # --- measuring ---------------------------------------------------------------------------
-
-
-def peer_rate(peer, images: np.ndarray, boxes: list, repeats: int, budget: float, keep: bool) -> tuple[float, int]:
-    """Times a peer run one image at a time in this process.
-
-    Args:
-        peer: The peer.
-        images: H x W x C images; boxes: their face boxes.
-        repeats: Timed runs; the median counts.
-        budget: Seconds per run: two warm-up images estimate the time per image and at most
-            the images that fit are timed (at least 20; all of them when ``budget`` <= 0).
-        keep: Hold every output until the run ends (as a batch does).
-
-    Returns:
-        (images per second, images timed).
-    """
-    rng = np.random.default_rng(1)
-
-    def run(count: int) -> float:
-        start = time.perf_counter()
-        _run_peer(peer, images, boxes, rng, 0, count, keep)
-        return time.perf_counter() - start
-
-    per_image = run(min(2, len(images))) / min(2, len(images))
-    count = len(images) if budget <= 0 else min(len(images), max(20, int(budget / max(per_image, 1e-9))))
-    return count / statistics.median(run(count) for _ in range(repeats)), count
 
 
 def bench_size(size: str, settings: list, args, threads: list[int], pool_ok: bool) -> list[Row]:
@@ -309,23 +195,6 @@ def scale_rows(sizes: list[int], repeats: int, mode: str = "release", h: int = 1
 # --- output ------------------------------------------------------------------------------
 
 
-def _rate(r: float | None) -> str:
-    return "-" if not r else f"{r:,.0f}"
-
-
-def render(header: tuple, body: list[tuple], markdown: bool) -> str:
-    """Returns a table as aligned text or as Markdown."""
-    cells = [tuple(str(x) for x in row) for row in [header, *body]]
-    if markdown:
-        lines = ["| " + " | ".join(r) + " |" for r in cells]
-        lines.insert(1, "|" + "|".join("---" for _ in header) + "|")
-        return "\n".join(lines)
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["  ".join(x.ljust(wd) for x, wd in zip(r, widths)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * wd for wd in widths))
-    return "\n".join(lines)
-
-
 KERNEL_MODES = {"release": "the path a release of that many images takes (compiled from "
                            f"{kernels.PAYBACK_VALUES:,} values, BENCH_COMPILE)",
                 "compiled": "always compiled (--kernels compiled)", "eager": "always eager (--kernels eager)"}
@@ -334,40 +203,6 @@ KERNEL_MODES = {"release": "the path a release of that many images takes (compil
 def kernel_path(mode: str, values: int) -> str:
     """Returns the elementwise kernels' path for ``--kernels`` and a batch of ``values`` values."""
     return kernels.choose("cpu", values) if mode == "release" else mode
-
-
-def main_table(rows: list[Row], threads: list[int]) -> tuple[tuple, list[tuple]]:
-    """Returns the header and body of the comparison with the fastest peer of the same semantics."""
-    top, pool = threads[0], max(threads)
-    pairs = [(top, "rate1", "1p")] + ([(pool, "rate_pool", f"{pool}p")] if pool > 1 else [])
-    header = ("mechanism", "size", *(f"PrivBench {t}t img/s" for t in threads), "fastest peer",
-              *(f"peer {p} img/s" for _, _, p in pairs), *(f"PB{t}t/{p}" for t, _, p in pairs), "target", "")
-    body = []
-    for row in rows:
-        best, target = row.fastest(), TARGETS.get(row.name, 1.0)
-        peer_rates = [getattr(best, attr) if best else None for _, attr, _ in pairs]
-        ratios = [row.privbench[t] / r if r else None for (t, _, _), r in zip(pairs, peer_rates)]
-        flag = "no peer" if not best else "BELOW" if any(r is not None and r < target for r in ratios) else "ok"
-        body.append((row.label, row.size, *(_rate(row.privbench[t]) for t in threads), best.peer.name if best else "-",
-                     *map(_rate, peer_rates), *("-" if r is None else f"{r:.2f}" for r in ratios), f"{target:.1f}", flag))
-    return header, body
-
-
-def peers_table(rows: list[Row], pool: int) -> tuple[tuple, list[tuple]]:
-    """Returns every peer's rates, what its agreement check found and whether it counts."""
-    header = ("mechanism", "size", "peer", "implementation", "timed on", "1p img/s", f"{pool}p pool img/s" if pool > 1 else "pool",
-              "counted", "agreement with PrivBench")
-    body = [(row.label, row.size, p.peer.name, p.peer.what, p.images or "-", _rate(p.rate1), _rate(p.rate_pool),
-             "yes" if p.counts else "no", p.agreement) for row in rows for p in row.peers]
-    return header, body
-
-
-def report(head: list[str], sections: list[tuple[str, tuple]], markdown: bool) -> str:
-    """Returns the head lines, then every (title, (header, body)) section's table."""
-    out = ["\n\n".join(head)] if markdown else list(head)
-    for title, table in sections:
-        out += [f"\n## {title}\n" if markdown else f"\n{title}", render(*table, markdown)]
-    return "\n".join(out)
 
 
 def machine() -> str:

@@ -29,26 +29,27 @@ with :func:`bench.audit.conformance.register_audit_params` (re-exported here).
 
 from __future__ import annotations
 
-import atexit
 import math
-import shutil
-import tempfile
 import traceback
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
 import torch
-from scipy import stats
 
-from bench.audit.conformance import conformance_audit, register_audit_params
-from bench.datasets.base import ImageSet
+from bench.audit.conformance import register_audit_params
 from bench.errors import BenchError
-from bench.interfaces import Mechanism, Param, PrivacyClaim, RunContext
-from bench.registry import mechanisms
-from bench.streams import Streams
-from bench.testing.noise_probes import NoiseProbe, noise_probe_for, register_noise_probe, rounded_cdf
+from bench.interfaces import Param, PrivacyClaim
+from bench.testing._mechanism_cases import (
+    ConformanceError,
+    apply_case,
+    build_mechanism,
+    check_devices,
+    failure,
+    fitted_mechanism,
+    make_cases,
+    synthetic_boxes,
+)
+from bench.testing.claim_checks import check_audit, check_claimed_noise
+from bench.testing.noise_probes import NoiseProbe, noise_probe_for, register_noise_probe
 
 __all__ = [
     "CHECKS",
@@ -72,200 +73,100 @@ __all__ = [
     "synthetic_boxes",
 ]
 
-KS_ALPHA = 1e-4
-"""A claimed-noise check fails when the KS test's p-value is below this."""
-
-CASE_SHAPES: tuple[tuple[int, int, int, int], ...] = ((4, 3, 32, 24), (4, 1, 19, 13))
-"""Batches every check runs on: colour, and grey with sizes no block divides."""
-
-_SEED = 20240601
-_cache_dir: Path | None = None
-
-
-class ConformanceError(AssertionError):
-    """A mechanism broke a rule of the interface; the message says which and how."""
-
-
-def synthetic_boxes(n: int, height: int, width: int) -> list[torch.Tensor]:
-    """Returns face boxes (x1, y1, x2, y2) for a batch: one, two overlapping, none, one cut by the edge."""
-    h, w = float(height), float(width)
-    patterns = [
-        [[0.3 * w, 0.25 * h, 0.7 * w, 0.7 * h]],
-        [[0.1 * w, 0.1 * h, 0.45 * w, 0.5 * h], [0.35 * w, 0.3 * h, 0.9 * w, 0.8 * h]],
-        [],
-        [[-0.2 * w, 0.6 * h, 0.3 * w, 1.2 * h]],
-    ]
-    return [torch.tensor(patterns[i % 4], dtype=torch.float32).reshape(-1, 4) for i in range(n)]
-
-
-@dataclass
-class _Case:
-    images: torch.Tensor
-    boxes: list[torch.Tensor] | None
-    streams: Streams
-    public: ImageSet = field(repr=False, default=None)  # type: ignore[assignment]
-
-
-def _context(device: torch.device) -> RunContext:
-    global _cache_dir
-    if _cache_dir is None:
-        _cache_dir = Path(tempfile.mkdtemp(prefix="bench-conformance-"))
-        atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
-    return RunContext(device=device, seed=_SEED, profile="smoke", data_root=None, cache_dir=_cache_dir)
-
-
-def _random_images(shape: Sequence[int], seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, tuple(shape), generator=g, dtype=torch.uint8)
-
-
-def _public_set(c: int, h: int, w: int, n: int = 16) -> ImageSet:
-    images = _random_images((n, c, h, w), seed=h * 1000 + w)
-    return ImageSet(images=images, labels=torch.zeros(n, dtype=torch.int64), boxes=synthetic_boxes(n, h, w))
-
-
-def _cases(cls: type[Mechanism], device: torch.device) -> list[_Case]:
-    cases = []
-    for k, (n, c, h, w) in enumerate(CASE_SHAPES):
-        images = _random_images((n, c, h, w), seed=k).to(device)
-        boxes = synthetic_boxes(n, h, w) if cls.uses_boxes else None
-        streams = Streams.for_images(_SEED, f"conformance/{k}", n, device=device)
-        cases.append(_Case(images, boxes, streams, _public_set(c, h, w)))
-    return cases
-
-
-def _suite_params(cls: type[Mechanism], params: Mapping[str, Any] | None) -> dict[str, Any]:
-    return dict(params if params is not None else getattr(cls, "conformance_params", None) or {})
-
-
-def _build(name: str, params: Mapping[str, Any] | None) -> tuple[type[Mechanism], Mechanism]:
-    cls = mechanisms.get(name)
-    params = _suite_params(cls, params)
-    try:
-        return cls, cls(**params)
-    except BenchError as exc:
-        raise ConformanceError(f"cannot build {name!r} with {params}: {exc}") from exc
-
-
-def _fitted(cls: type[Mechanism], params: Mapping[str, Any] | None, public: ImageSet, device: torch.device) -> Mechanism:
-    mech = cls(**_suite_params(cls, params))
-    mech.fit(public, _context(device))
-    return mech
-
-
-def _apply(mech: Mechanism, case: _Case, images: torch.Tensor | None = None, index: slice | None = None) -> torch.Tensor:
-    images = case.images if images is None else images
-    streams = case.streams if index is None else case.streams[index]
-    boxes = case.boxes if index is None or case.boxes is None else case.boxes[index]
-    return mech.apply(images, generator=streams, boxes=boxes)
-
-
-def _devices(device: str | torch.device | None) -> list[torch.device]:
-    if device is not None:
-        return [torch.device(device)]
-    found = [torch.device("cpu")]
-    if torch.cuda.is_available():
-        found.append(torch.device("cuda"))
-    return found
-
-
-def _fail(name: str, message: str) -> ConformanceError:
-    return ConformanceError(f"{name}: {message}")
-
 
 # --- checks -----------------------------------------------------------------------------
 
 
 def check_claim_wellformed(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
     """The claim is None or a PrivacyClaim with a finite epsilon > 0, 0 <= delta < 1 and a unit."""
-    _, mech = _build(name, params)
+    _, mech = build_mechanism(name, params)
     claim = mech.claim()
     if claim is None:
         return
     if not isinstance(claim, PrivacyClaim):
-        raise _fail(name, f"claim() must return a PrivacyClaim or None, got {type(claim).__name__}")
+        raise failure(name, f"claim() must return a PrivacyClaim or None, got {type(claim).__name__}")
     if not (claim.epsilon > 0 and math.isfinite(claim.epsilon)):
-        raise _fail(name, f"claimed epsilon must be finite and > 0, got {claim.epsilon!r}")
+        raise failure(name, f"claimed epsilon must be finite and > 0, got {claim.epsilon!r}")
     if not 0 <= claim.delta < 1:
-        raise _fail(name, f"claimed delta must be in [0, 1), got {claim.delta!r}")
+        raise failure(name, f"claimed delta must be in [0, 1), got {claim.delta!r}")
     if not claim.unit.strip():
-        raise _fail(name, "a claim must name its unit (the neighbourhood it protects)")
+        raise failure(name, "a claim must name its unit (the neighbourhood it protects)")
 
 
 def check_uint8(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
     """Outputs are uint8; a float batch is refused with a BenchError, not silently accepted."""
-    cls, _ = _build(name, params)
-    for dev in _devices(device):
-        for case in _cases(cls, dev):
-            mech = _fitted(cls, params, case.public, dev)
-            out = _apply(mech, case)
+    cls, _ = build_mechanism(name, params)
+    for dev in check_devices(device):
+        for case in make_cases(cls, dev):
+            mech = fitted_mechanism(cls, params, case.public, dev)
+            out = apply_case(mech, case)
             if not isinstance(out, torch.Tensor) or out.dtype != torch.uint8:
                 got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
-                raise _fail(name, f"apply() must return a uint8 tensor, got {got}")
+                raise failure(name, f"apply() must return a uint8 tensor, got {got}")
             try:
-                _apply(mech, case, images=case.images.float())
+                apply_case(mech, case, images=case.images.float())
             except BenchError:
                 continue
             except Exception as exc:
-                raise _fail(name, f"a float batch must raise BenchError, raised {type(exc).__name__}: {exc}") from exc
-            raise _fail(name, "a float batch must raise BenchError (mechanisms take uint8 [N, C, H, W])")
+                raise failure(name, f"a float batch must raise BenchError, raised {type(exc).__name__}: {exc}") from exc
+            raise failure(name, "a float batch must raise BenchError (mechanisms take uint8 [N, C, H, W])")
 
 
 def check_shape_device(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
     """The output has the input's shape and lives on the input's device."""
-    cls, _ = _build(name, params)
-    for dev in _devices(device):
-        for case in _cases(cls, dev):
-            out = _apply(_fitted(cls, params, case.public, dev), case)
+    cls, _ = build_mechanism(name, params)
+    for dev in check_devices(device):
+        for case in make_cases(cls, dev):
+            out = apply_case(fitted_mechanism(cls, params, case.public, dev), case)
             if tuple(out.shape) != tuple(case.images.shape):
-                raise _fail(name, f"output shape {tuple(out.shape)} differs from input shape {tuple(case.images.shape)}")
+                raise failure(name, f"output shape {tuple(out.shape)} differs from input shape {tuple(case.images.shape)}")
             if out.device != case.images.device:
-                raise _fail(name, f"output is on {out.device}, input on {case.images.device}")
+                raise failure(name, f"output is on {out.device}, input on {case.images.device}")
 
 
 def check_input_untouched(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
     """Neither the images nor the boxes are modified, and the output is not the input's memory."""
-    cls, _ = _build(name, params)
-    for dev in _devices(device):
-        for case in _cases(cls, dev):
+    cls, _ = build_mechanism(name, params)
+    for dev in check_devices(device):
+        for case in make_cases(cls, dev):
             images = case.images.clone()
             boxes = None if case.boxes is None else [b.clone() for b in case.boxes]
-            out = _apply(_fitted(cls, params, case.public, dev), case)
+            out = apply_case(fitted_mechanism(cls, params, case.public, dev), case)
             if not torch.equal(images, case.images):
-                raise _fail(name, "apply() modified its input images")
+                raise failure(name, "apply() modified its input images")
             if boxes is not None and not all(torch.equal(a, b) for a, b in zip(boxes, case.boxes)):
-                raise _fail(name, "apply() modified the boxes it was given")
+                raise failure(name, "apply() modified the boxes it was given")
             if out.numel() and out.untyped_storage().data_ptr() == case.images.untyped_storage().data_ptr():
-                raise _fail(name, "apply() returned the input's memory; return a new tensor (e.g. images.clone())")
+                raise failure(name, "apply() returned the input's memory; return a new tensor (e.g. images.clone())")
 
 
 def check_determinism(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
     """Equal streams give equal outputs, from the same instance and from a fresh one."""
-    cls, _ = _build(name, params)
-    for dev in _devices(device):
-        for case in _cases(cls, dev):
-            mech = _fitted(cls, params, case.public, dev)
-            first = _apply(mech, case)
-            again = _apply(mech, case)
-            fresh = _apply(_fitted(cls, params, case.public, dev), case)
+    cls, _ = build_mechanism(name, params)
+    for dev in check_devices(device):
+        for case in make_cases(cls, dev):
+            mech = fitted_mechanism(cls, params, case.public, dev)
+            first = apply_case(mech, case)
+            again = apply_case(mech, case)
+            fresh = apply_case(fitted_mechanism(cls, params, case.public, dev), case)
             if not torch.equal(first, again):
-                raise _fail(name, "two calls with equal streams gave different outputs: draw randomness only from `generator`")
+                raise failure(name, "two calls with equal streams gave different outputs: draw randomness only from `generator`")
             if not torch.equal(first, fresh):
-                raise _fail(name, "a fresh instance with equal streams gave a different output (hidden state or unseeded fit)")
+                raise failure(name, "a fresh instance with equal streams gave a different output (hidden state or unseeded fit)")
 
 
 def check_batch_independence(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
     """A batch equals its images processed one by one with their own streams ``streams[i]``."""
-    cls, _ = _build(name, params)
-    for dev in _devices(device):
-        for case in _cases(cls, dev):
-            mech = _fitted(cls, params, case.public, dev)
-            batch = _apply(mech, case)
+    cls, _ = build_mechanism(name, params)
+    for dev in check_devices(device):
+        for case in make_cases(cls, dev):
+            mech = fitted_mechanism(cls, params, case.public, dev)
+            batch = apply_case(mech, case)
             for i in range(case.images.shape[0]):
-                single = _apply(mech, case, images=case.images[i : i + 1], index=slice(i, i + 1))
+                single = apply_case(mech, case, images=case.images[i : i + 1], index=slice(i, i + 1))
                 if not torch.equal(batch[i : i + 1], single):
                     diff = (batch[i : i + 1].int() - single.int()).abs().max().item()
-                    raise _fail(
+                    raise failure(
                         name,
                         f"image {i} of a batch differs from the same image alone (max diff {diff}): "
                         "image i must draw only from stream i and not depend on the other images",
@@ -294,7 +195,7 @@ def invalid_values(param: Param) -> list[Any]:
 
 def check_param_validation(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
     """Defaults build; every invalid value derived from the ParamSpace, and unknown names, raise BenchError."""
-    cls, _ = _build(name, None)
+    cls, _ = build_mechanism(name, None)
     for pname, param in cls.params.items():
         for value in invalid_values(param):
             try:
@@ -302,88 +203,34 @@ def check_param_validation(name: str, params: Mapping[str, Any] | None = None, d
             except BenchError:
                 continue
             except Exception as exc:
-                raise _fail(name, f"{pname}={value!r} raised {type(exc).__name__}, expected BenchError") from exc
-            raise _fail(name, f"{pname}={value!r} was accepted; it is outside {param.describe_range()}")
+                raise failure(name, f"{pname}={value!r} raised {type(exc).__name__}, expected BenchError") from exc
+            raise failure(name, f"{pname}={value!r} was accepted; it is outside {param.describe_range()}")
         if param.type is not str:
             try:
                 low, high = param.tune_range()
                 param.parse(pname, low)
                 param.parse(pname, high)
             except BenchError as exc:
-                raise _fail(name, f"tuning range of {pname!r} is not valid: {exc}") from exc
+                raise failure(name, f"tuning range of {pname!r} is not valid: {exc}") from exc
     try:
         cls(__no_such_parameter__=1)
     except BenchError:
         return
-    raise _fail(name, "an unknown parameter name was accepted")
+    raise failure(name, "an unknown parameter name was accepted")
 
 
 def check_boxes_required(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
     """A mechanism with ``uses_boxes`` refuses ``boxes=None`` with a BenchError."""
-    cls, _ = _build(name, params)
+    cls, _ = build_mechanism(name, params)
     if not cls.uses_boxes:
         return
-    case = _cases(cls, torch.device("cpu"))[0]
-    mech = _fitted(cls, params, case.public, torch.device("cpu"))
+    case = make_cases(cls, torch.device("cpu"))[0]
+    mech = fitted_mechanism(cls, params, case.public, torch.device("cpu"))
     try:
         mech.apply(case.images, generator=case.streams, boxes=None)
     except BenchError:
         return
-    raise _fail(name, "uses_boxes is set but apply(boxes=None) did not raise BenchError")
-
-
-def check_claimed_noise(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
-    """The noise a claimed mechanism adds has the distribution and scale its claim implies (KS test)."""
-    cls, mech = _build(name, params)
-    probe = noise_probe_for(cls)
-    if probe is None:
-        if mech.claim() is None:
-            return
-        raise _fail(
-            name,
-            "claim() is not None but no NoiseProbe is registered: call "
-            "bench.testing.register_noise_probe(name, NoiseProbe(...)) so the claim can be checked",
-        )
-    dev = _devices(device)[0]
-    c, h, w = probe.shape
-    probed = _fitted(cls, probe.params, _public_set(c, h, w, n=32), dev)
-    if probed.claim() is None:
-        raise _fail(name, f"the noise probe's configuration {dict(probe.params)} makes no claim")
-    streams = Streams.for_images(_SEED, "conformance/noise", probe.images, device=dev)
-    samples = np.asarray(probe.observe(probed, streams), dtype=np.float64).ravel()
-    dist = probe.expected(probed)
-    if probe.rounded:
-        samples = samples + np.random.default_rng(0).uniform(-0.5, 0.5, samples.shape)
-        cdf: Any = rounded_cdf(dist)
-    else:
-        cdf = dist.cdf
-    result = stats.kstest(samples, cdf)
-    if result.pvalue < KS_ALPHA:
-        raise _fail(
-            name,
-            f"the noise added does not follow the claimed distribution (KS D={result.statistic:.3f}, "
-            f"p={result.pvalue:.1e}, {samples.size} samples): mean |noise| {np.abs(samples).mean():.4g}, "
-            f"claimed {dist.dist.name} with mean |noise| {dist.expect(abs):.4g}",
-        )
-
-
-def check_audit(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
-    """A claimed mechanism passes a small empirical DP audit: the lower bound on epsilon is within its claim.
-
-    Runs :func:`bench.audit.conformance.conformance_audit` (2000 counted trials per
-    neighbouring input at 0.99 confidence) at ``params``, else at the registered audit
-    parameters, else at ``conformance_params`` or the defaults.
-    """
-    cls, mech = _build(name, params)
-    if mech.claim() is None:
-        return
-    report = conformance_audit(cls, params, _devices(device)[0], _SEED)
-    if not report.passed:
-        raise _fail(
-            name,
-            f"{report.summary()}: the claim is violated ({report.neighbours}; test {report.test}; "
-            f"{report.false_positives} false positives, {report.false_negatives} false negatives)",
-        )
+    raise failure(name, "uses_boxes is set but apply(boxes=None) did not raise BenchError")
 
 
 CHECKS: dict[str, Callable[..., None]] = {

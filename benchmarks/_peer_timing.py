@@ -1,0 +1,105 @@
+"""Times a peer of ``benchmarks/peers.py``: one image at a time in this process, or mapped over a process pool."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import time
+
+import bench  # noqa: F401  # first, as the CLI imports it: torch then puts large tensors on huge pages
+import numpy as np
+import torch
+
+try:
+    import cv2
+except ImportError:  # the optional extra ``bench`` installs it (as for benchmarks/_peer_impls.py)
+    cv2 = None
+
+
+# --- the process pool (spawn: the workers start clean, at one thread) ----------------------
+
+_WORKER: dict = {}
+
+
+def _worker_init(images: np.ndarray, boxes: list) -> None:
+    torch.set_num_threads(1)
+    if cv2 is not None:
+        cv2.setNumThreads(1)
+        cv2.setRNGSeed(os.getpid())
+    _WORKER.update(images=images, boxes=boxes, rng=np.random.default_rng(os.getpid()))
+
+
+def run_peer(peer, images: np.ndarray, boxes: list, rng: np.random.Generator, start: int, stop: int,
+             keep: bool) -> None:
+    """Runs ``peer`` on images ``start:stop``, holding every output until the end when ``keep``."""
+    kept = []
+    for i in range(start, stop):
+        if keep:
+            kept.append(peer(images[i], boxes[i], rng))
+        else:
+            peer(images[i], boxes[i], rng)
+
+
+def _worker_chunk(peer, start: int, stop: int, keep: bool) -> int:
+    run_peer(peer, _WORKER["images"], _WORKER["boxes"], _WORKER["rng"], start, stop, keep)
+    return stop - start
+
+
+class PeerPool:
+    """``workers`` spawned processes holding one size's images; times peers mapped over them."""
+
+    def __init__(self, images: np.ndarray, boxes: list, workers: int):
+        self.workers = workers
+        self.pool = multiprocessing.get_context("spawn").Pool(workers, _worker_init, (images, boxes))
+        self.pool.starmap(time.sleep, [(0.2,)] * (4 * workers))  # wait until every worker is up and idle
+
+    def rate(self, peer, count: int, repeats: int, keep: bool) -> float:
+        """Returns images per second of ``peer`` mapped over the first ``count`` images.
+
+        Each worker gets one contiguous share and, with ``keep``, holds its outputs until
+        the share is done.
+        """
+        edges = np.linspace(0, count, min(count, self.workers) + 1).astype(int)
+        tasks = [(peer, int(a), int(b), keep) for a, b in zip(edges[:-1], edges[1:])]
+        self.pool.starmap(_worker_chunk, [(peer, 0, min(2, count), keep)] * self.workers)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            done = sum(self.pool.starmap(_worker_chunk, tasks, chunksize=1))
+            times.append(time.perf_counter() - start)
+        assert done == count
+        return count / statistics.median(times)
+
+    def close(self) -> None:
+        self.pool.terminate()
+        self.pool.join()
+
+
+# --- one image at a time in this process -------------------------------------------------
+
+
+def peer_rate(peer, images: np.ndarray, boxes: list, repeats: int, budget: float, keep: bool) -> tuple[float, int]:
+    """Times a peer run one image at a time in this process.
+
+    Args:
+        peer: The peer.
+        images: H x W x C images; boxes: their face boxes.
+        repeats: Timed runs; the median counts.
+        budget: Seconds per run: two warm-up images estimate the time per image and at most
+            the images that fit are timed (at least 20; all of them when ``budget`` <= 0).
+        keep: Hold every output until the run ends (as a batch does).
+
+    Returns:
+        (images per second, images timed).
+    """
+    rng = np.random.default_rng(1)
+
+    def run(count: int) -> float:
+        start = time.perf_counter()
+        run_peer(peer, images, boxes, rng, 0, count, keep)
+        return time.perf_counter() - start
+
+    per_image = run(min(2, len(images))) / min(2, len(images))
+    count = len(images) if budget <= 0 else min(len(images), max(20, int(budget / max(per_image, 1e-9))))
+    return count / statistics.median(run(count) for _ in range(repeats)), count
