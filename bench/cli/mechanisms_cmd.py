@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import itertools
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from bench.errors import BenchError
 from bench.params import parse_assignments
+
+if TYPE_CHECKING:
+    import torch
 
 DATASET_OPTIONS: dict[str, dict[str, Any]] = {"synth_faces": {"n_ids": 20, "per_id": 4}}
 """Loader options of the datasets sheets are drawn from (small, fast to generate)."""
