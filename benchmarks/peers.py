@@ -71,7 +71,7 @@ def _load(stem: str):
 impls = _load("_peer_impls")
 timing = _load("_peer_timing")
 tables = _load("_peer_tables")
-PeerPool, peer_rate, run_peer = timing.PeerPool, timing.peer_rate, timing.run_peer
+PeerPool, peer_rate = timing.PeerPool, timing.peer_rate
 PeerResult, Row, main_table, peers_table, report = (tables.PeerResult, tables.Row, tables.main_table,
                                                     tables.peers_table, tables.report)
 BM = impls.BM

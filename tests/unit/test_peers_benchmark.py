@@ -177,6 +177,6 @@ def test_a_timed_peer_holds_every_output_until_its_run_ends(keep):
         def __del__(self):
             alive[0] -= 1
 
-    peers.run_peer(lambda img, boxes, rng: Output(), np.zeros((6, 2, 2, 3), np.uint8), [[]] * 6, None, 1, 6, keep)
+    peers.timing.run_peer(lambda img, boxes, rng: Output(), np.zeros((6, 2, 2, 3), np.uint8), [[]] * 6, None, 1, 6, keep)
     assert most[0] == (5 if keep else 1)
     assert alive[0] == 0
