@@ -132,6 +132,7 @@ class AttributeInference(Attack):
     description = "ResNet + linear head trained on released images to predict gender (age, race); accuracy vs majority class"
 
     config_class: ClassVar[type] = AttributeConfig
+    version: ClassVar[int] = MODEL_VERSION
     config: AttributeConfig
 
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):

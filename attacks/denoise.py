@@ -118,6 +118,8 @@ class Denoise(Attack):
     validation: ClassVar[bool] = True
 
     config_class: ClassVar[type] = DenoiseConfig
+    # its own models' version and those of the adversaries it runs on the denoised images
+    version: ClassVar[tuple[int, ...]] = (MODEL_VERSION, FaceReid.version, AttributeInference.version)
     config: DenoiseConfig
 
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):

@@ -24,6 +24,7 @@ import torch
 from attacks._reid_pipeline import (
     AdaptedTraining,
     FaceIdentifier,
+    MODEL_VERSION,
     FaceReidConfig,
     adapted_embedder,
     clean_reference,
@@ -49,6 +50,7 @@ class FaceReid(Attack):
     description = "embedding network trained on clean faces + SVC enrolled on clean images; top-1 on released probes"
     validation: ClassVar[bool] = True
     config_class: ClassVar[type] = FaceReidConfig
+    version: ClassVar[int] = MODEL_VERSION
 
     def config_dict(self) -> dict[str, Any]:
         """Returns the resolved profile settings."""

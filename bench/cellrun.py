@@ -3,10 +3,11 @@
 1. :func:`bench.runner.plan` has validated everything and written nothing;
 2. the tracking store was probed when its :class:`~bench.tracking.Tracker` opened;
 3. :func:`execute` takes the cell's lock (``<cache>/locks/<key>.lock``), marks runs of the
-   cell whose process died as FAILED, and returns the FINISHED run if there is one (unless
-   ``force``);
+   cell whose process died as FAILED, and returns the FINISHED run if there is one
+   (unless ``force``, or its real data changed since: :func:`data_changed`);
 4. it creates the run RUNNING, computes the cell, logs it and marks it FINISHED; a failure
-   marks it FAILED (KILLED on an interrupt); a forced re-run supersedes the earlier run.
+   marks it FAILED (KILLED on an interrupt); a forced re-run, or one on changed data, supersedes
+   the earlier run.
 
 Two processes that reach one cell at once therefore compute it once: the second waits for
 the lock and then finds the first one's FINISHED run.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -42,7 +44,7 @@ def execute(
     log: Callable[[str], None] = lambda message: None,
     progress: Callable[..., Any] | None = None,
 ) -> "CellOutcome":
-    """Computes and logs one planned cell unless it is already FINISHED.
+    """Computes and logs one planned cell unless it is already FINISHED (on the same data).
 
     Args:
         planned: A plan from :func:`bench.runner.plan`.
@@ -74,7 +76,11 @@ def execute(
         existing = tracker.finished_runs(key)
         if existing and not force:
             result = tracker.load_result(existing[0])
-            return CellOutcome(key, label, "skipped", existing[0], time.perf_counter() - started, result=result)
+            changed = data_changed(planned, result)
+            if changed is None:
+                return CellOutcome(key, label, "skipped", existing[0], time.perf_counter() - started, result=result)
+            print(f"bench: warning: {label}: {changed}; computing the cell again (run {existing[0]} is "
+                  "superseded)", file=sys.stderr, flush=True)
         identity = {"task": cfg.task, "mechanism": cfg.mechanism, "params": dict(planned.mechanism.config),
                     "seed": cfg.seed, "profile": cfg.profile}
         run_id = tracker.start_cell(key, identity, lock)
@@ -94,6 +100,29 @@ def execute(
         if existing:
             tracker.supersede(existing, run_id)
     return CellOutcome(key, label, "done", run_id, time.perf_counter() - started, result=output.result)
+
+
+def data_changed(planned: "Plan", result: Any) -> str | None:
+    """Returns why a FINISHED result no longer describes the cell's data, or None when it still does.
+
+    Synthetic data is a function of its options and generator version, both in the cell key.
+    Real data is read from a root whose files can change under one key (photos added to a
+    folder, a dataset replaced by another version), so it is loaded as the cell would load it
+    (from the decoded cache, keyed by the files' sizes and modification times, or their bytes
+    with ``--verify-data``) and its content fingerprint compared with the result's.
+    """
+    from bench.datasets.base import load_dataset
+    from bench.datasets.shards import configure_huggingface
+    from bench.registry import datasets
+
+    name, cfg = planned.task.dataset, planned.config
+    if datasets.get(name).synthetic:
+        return None
+    configure_huggingface(cfg.cache)
+    now = load_dataset(name, cfg.data_root, planned.task.data_options(), cfg.cache, cfg.verify_data).fingerprint
+    if now == result.dataset_fingerprint:
+        return None
+    return f"the {name} data changed since its result (fingerprint {result.dataset_fingerprint[:12]}, now {now[:12]})"
 
 
 def one_line(exc: BaseException) -> str:

@@ -140,10 +140,21 @@ def finished_runs(tracker: "Tracker", keys: Iterable[str]) -> dict[str, list[str
     return found
 
 
-def pending(cells: Sequence[Cell], tracker: "Tracker") -> tuple[list[Cell], list[Cell]]:
-    """Splits cells into (to run, already finished)."""
+def pending(cells: Sequence[Cell], tracker: "Tracker") -> tuple[list[Cell], dict[str, list[str]]]:
+    """Returns the cells to hand to workers, and cell key -> FINISHED run ids of the cells that have any.
+
+    A finished cell on real data is handed over too: its worker checks the data against the
+    result (:func:`bench.cellrun.data_changed`) and reports it skipped when it is unchanged.
+    """
     done = finished_runs(tracker, (c.key for c in cells))
-    return [c for c in cells if c.key not in done], [c for c in cells if c.key in done]
+    return [c for c in cells if c.key not in done or on_real_data(c)], done
+
+
+def on_real_data(cell: Cell) -> bool:
+    """Whether a cell reads real data, whose files can change under one cell key."""
+    from bench.registry import datasets, tasks
+
+    return not datasets.get(tasks.get(cell.config.task).dataset).synthetic
 
 
 def _search(tracker: "Tracker", filter_string: str):

@@ -216,6 +216,10 @@ class _Configurable(abc.ABC):
     """Stem of the preset file (``<package>/presets/<stem>.yaml``); empty: the registered name."""
     config_class: ClassVar[type | None] = None
     """The config dataclass ``self.config`` is built as; None: the subclass builds its own."""
+    version: ClassVar[int | tuple[int, ...]] = 1
+    """Bump whenever the numbers it computes change (a model, a metric), or name the versions
+    it builds on in a tuple: part of every cell and board key (:func:`bench.cells.code_versions`),
+    so a result of older code is neither returned for nor ranked beside a new one."""
 
     def __init__(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None):
         self.profile = profile

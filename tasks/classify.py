@@ -160,6 +160,7 @@ class Classify(RecipeTask):
     primary: ClassVar[str] = "top5"
     description: ClassVar[str] = "torchvision classifier under a face-obfuscation protocol; top-5, top-1, per-class AP"
     config_class: ClassVar[type] = ClassifyConfig
+    version: ClassVar[int] = MODEL_VERSION
 
     def __init__(self, profile: str = "quick", overrides: Any = None):
         super().__init__(profile, overrides)

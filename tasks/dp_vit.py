@@ -134,6 +134,7 @@ class DpVit(Task):
     primary: ClassVar[str] = "top1"
     description: ClassVar[str] = "ViT trained with DP-SGD (flat / per-layer / per-layer median, fusion); top-1, top-5"
     config_class: ClassVar[type] = DpVitConfig
+    version: ClassVar[int] = MODEL_VERSION
     validation: ClassVar[bool] = True
     provides: ClassVar[tuple[str, ...]] = (TRAINED_CLASSIFIER,)
     entry_settings: ClassVar[tuple[str, ...]] = ("training",)

@@ -148,6 +148,7 @@ class FewShot(Task):
     validation: ClassVar[bool] = True
 
     config_class: ClassVar[type] = FewShotConfig
+    version: ClassVar[int] = MODEL_VERSION
     config: FewShotConfig
 
     def data_options(self) -> dict[str, Any]:

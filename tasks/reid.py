@@ -124,6 +124,7 @@ class Reid(Task):
     primary: ClassVar[str] = "map_centroid"
 
     config_class: ClassVar[type] = ReidConfig
+    version: ClassVar[int] = MODEL_VERSION
     config: ReidConfig
 
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):

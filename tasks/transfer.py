@@ -86,6 +86,7 @@ class Transfer(RecipeTask):
     primary: ClassVar[str] = "transfer"
     description: ClassVar[str] = "backbone pretrained on the released source, finetuned on a target; top-1 / mAP"
     config_class: ClassVar[type] = TransferConfig
+    version: ClassVar[int] = MODEL_VERSION
 
     def __init__(self, profile: str = "quick", overrides: Any = None):
         super().__init__(profile, overrides)

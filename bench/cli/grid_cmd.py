@@ -143,19 +143,21 @@ def run_grid(cells, where, executor, quiet: bool = False):
     """
     from bench.cellrun import sweep_orphans
     from bench.executors import open_tracker, run_cells, worker_count
-    from bench.grid import CellOutcome, GridProgress, GridSummary, finished_runs
+    from bench.grid import CellOutcome, GridProgress, GridSummary, pending
     from bench.progress import Display
 
     started = time.perf_counter()
     tracker = open_tracker(where.results_dir, where.tracking_uri)
     orphans = sweep_orphans(tracker)
-    done = finished_runs(tracker, (c.key for c in cells))
-    todo = [c for c in cells if c.key not in done]
-    skipped = [CellOutcome(c.key, c.label, "skipped", done[c.key][0]) for c in cells if c.key in done]
+    todo, done = pending(cells, tracker)
+    handed = {c.key for c in todo}
+    skipped = [CellOutcome(c.key, c.label, "skipped", done[c.key][0]) for c in cells if c.key not in handed]
     workers = worker_count(todo, executor)
     if not quiet:
+        checks = sum(c.key in done for c in todo)
+        checked = f" ({checks} finished on real data, checked against it first)" if checks else ""
         note = f"; {orphans} run(s) left by killed processes marked FAILED" if orphans else ""
-        print(f"[bench] grid: {len(cells)} cells, {len(skipped)} already finished, {len(todo)} to run "
+        print(f"[bench] grid: {len(cells)} cells, {len(skipped)} already finished, {len(todo)} to run{checked} "
               f"({executor.kind}, {workers or 'as many as the cluster allows'} at a time){note}", file=sys.stderr,
               flush=True)
     progress = GridProgress(len(todo), interactive=interactive() and not quiet)

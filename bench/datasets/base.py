@@ -51,6 +51,9 @@ class Dataset(abc.ABC):
     synthetic: ClassVar[bool] = False
     layout: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    version: ClassVar[int] = 1
+    """The loader's or generator's version: bump whenever the images or labels it gives change.
+    Part of every cell and board key (:func:`bench.cells.code_versions`)."""
 
     @abc.abstractmethod
     def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:

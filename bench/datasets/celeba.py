@@ -67,6 +67,7 @@ class CelebA(Dataset):
         "list_attr_celeba.txt, list_eval_partition.txt, list_landmarks_align_celeba.txt (optional, face boxes), "
         "and img_celeba/ + list_bbox_celeba.txt for images=wild; annotation files may sit in Anno/ and Eval/"
     )
+    version = LOADER_VERSION
     description = "CelebA faces (official layout), identity-disjoint splits of identities with >= min_images images"
 
     def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:

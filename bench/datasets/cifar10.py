@@ -298,6 +298,7 @@ class Cifar10(Dataset):
 
     layout = (f"<root>/{FOLDER}/ (or <root>/ itself) holding {', '.join(TRAIN_FILES)}, {TEST_FILE} and {META_FILE} "
               "(the official cifar-10-python.tar.gz unpacked)")
+    version = LOADER_VERSION
     description = "CIFAR-10 (32 x 32, 10 classes): class-stratified train/val/population from the 50k, test 10k"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:

@@ -113,6 +113,7 @@ class FairFace(Dataset):
         "and fairface_label_val.csv (file,age,gender,race,service_test) and the image folders "
         "train/ and val/ of the padding=0.25 or padding=1.25 release"
     )
+    version = FORMAT_VERSION
     description = "FairFace face attributes (gender, 9 age bins, 7 race groups); train and val (as test)"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> None:

@@ -214,6 +214,7 @@ class Folder(Dataset):
 
     layout = ("ROOT/<label>/<image> (any format PIL reads; set ROOT with --set task.data.root=DIR), with optional "
               "ROOT/attributes.csv (file,<attribute>,...) and ROOT/boxes.csv (file,x1,y1,x2,y2)")
+    version = LOADER_VERSION
     description = "any class-per-folder tree of images (labels: identities or classes), class-disjoint splits"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:

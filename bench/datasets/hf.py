@@ -87,6 +87,7 @@ class HuggingFace(Dataset):
 
     layout = ("a local Hugging Face dataset under --set task.data.path=DIR: a save_to_disk folder "
               "(dataset_dict.json or state.json), or *.parquet / *.arrow files (split named by folder or prefix)")
+    version = LOADER_VERSION
     description = "any local Hugging Face dataset (save_to_disk or parquet/arrow), columns named by options"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:

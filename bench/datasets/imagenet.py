@@ -235,6 +235,7 @@ class ImageNet(Dataset):
               f"(the validation images sorted into class folders) and {ann.FACES_FILE} (the face-obfuscation paper's "
               "release), optionally bbox/train/<wnid>/*.xml and bbox/val/*.xml (or Annotations/CLS-LOC/...: ILSVRC "
               "localisation boxes)")
+    version = LOADER_VERSION
     description = "ILSVRC-2012 with the face-obfuscation paper's face boxes; test = official val, streamed into shards"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:

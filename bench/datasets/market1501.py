@@ -225,6 +225,7 @@ class Market1501(Dataset):
         "bounding_box_train/, query/, bounding_box_test/ of PPPP_cCsS_FFFFFF_NN.jpg images, "
         "optionally market_attribute.mat (Lin et al.) or market_attribute.csv (pid,gender,age)"
     )
+    version = FORMAT_VERSION
     description = "Market-1501 person re-identification (751 train / 750 test identities, 6 cameras)"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:

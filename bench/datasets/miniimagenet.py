@@ -78,6 +78,7 @@ class MiniImageNet(Dataset):
 
     layout = ("<root>/miniimagenet/ (or mini-imagenet/, miniImageNet/, <root>/) holding train.csv, val.csv, "
               "test.csv (filename,label; Ravi & Larochelle) and images/<filename>")
+    version = LOADER_VERSION
     description = "MiniImageNet (84 x 84), Ravi & Larochelle's 64/16/20 class split"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:

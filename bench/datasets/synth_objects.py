@@ -80,6 +80,7 @@ class SynthObjects(Dataset):
 
     synthetic = True
     layout = "nothing: objects are generated (options n_train, n_val, n_test, n_population, size, seed, variation)"
+    version = GENERATOR_VERSION
     description = "synthetic objects: 10 shape classes on textured backgrounds, 32 x 32 (a CIFAR-10 stand-in)"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:

@@ -217,6 +217,7 @@ class SynthPersons(Dataset):
 
     synthetic = True
     layout = "nothing: generated on the fly (synthetic pedestrians, no files needed)"
+    version = GENERATOR_VERSION
     description = "Synthetic pedestrians for reID: clothes, accessories, 6 cameras, gender/age attributes"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> None:

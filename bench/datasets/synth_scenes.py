@@ -106,6 +106,7 @@ class SynthScenes(Dataset):
     synthetic = True
     layout = ("nothing: scenes are generated (options classes, images_per_class, val_per_class, test_per_class, "
               "size, identities, seed)")
+    version = GENERATOR_VERSION
     description = ("synthetic scenes: 100 object classes with incidental people and face boxes, 128 x 128 "
                    "(an ImageNet stand-in)")
 

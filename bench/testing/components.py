@@ -59,6 +59,13 @@ def _documented(kind: str, cls: type, name: str) -> None:
         raise ConformanceError(f"{kind} {name!r}: needs a description and a docstring")
 
 
+def _versioned(owner: str, version: object) -> None:
+    """A version is a positive int, or a tuple of them (its own and those it builds on): JSON in the cell key."""
+    parts = version if isinstance(version, tuple) and version else (version,)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in parts):
+        raise ConformanceError(f"{owner}: version must be a positive int or a tuple of them, got {version!r}")
+
+
 def task_profiles(name: str) -> None:
     """Checks that the smoke, quick and paper presets build."""
     _profiles_build("task", _task(name), name)
@@ -87,6 +94,16 @@ def task_wiring(name: str) -> None:
         needs = attacks.get(attack).requires
         if needs and needs not in cls.provides:
             raise ConformanceError(f"task {name!r}: attack {attack!r} requires {needs!r}, which the task does not provide")
+
+
+def task_versioned(name: str) -> None:
+    """Checks the task's and its dataset's ``version`` (part of every cell key)."""
+    from bench.registry import datasets
+
+    cls = _task(name)
+    _versioned(f"task {name!r}", cls.version)
+    if cls.dataset in datasets:
+        _versioned(f"task {name!r}: dataset {cls.dataset!r}", datasets.get(cls.dataset).version)
 
 
 def task_settings(name: str) -> None:
@@ -122,6 +139,11 @@ def attack_documented(name: str) -> None:
     _documented("attack", _attack(name), name)
 
 
+def attack_versioned(name: str) -> None:
+    """Checks the attack's ``version`` (part of every cell key)."""
+    _versioned(f"attack {name!r}", _attack(name).version)
+
+
 def attack_requirement(name: str) -> None:
     """Checks that a task provides what the attack requires, if it requires anything."""
     from bench.registry import tasks
@@ -133,11 +155,11 @@ def attack_requirement(name: str) -> None:
 
 TASK_CHECKS: dict[str, Callable[[str], None]] = {
     "profiles": task_profiles, "metrics": task_metrics, "documented": task_documented, "wiring": task_wiring,
-    "settings": task_settings,
+    "settings": task_settings, "versioned": task_versioned,
 }
 ATTACK_CHECKS: dict[str, Callable[[str], None]] = {
     "profiles": attack_profiles, "metrics": attack_metrics, "documented": attack_documented,
-    "requirement": attack_requirement,
+    "requirement": attack_requirement, "versioned": attack_versioned,
 }
 
 

@@ -297,7 +297,7 @@ class Tracker:
         return [r.info.run_id for r in self.runs_of(cell_key, "FINISHED")]
 
     def supersede(self, old_ids: list[str], new_id: str) -> None:
-        """Tags earlier FINISHED runs of a cell as superseded by a forced re-run (one run counts)."""
+        """Tags earlier FINISHED runs of a cell as superseded by a re-run (forced, or on changed data)."""
         for run_id in old_ids:
             self.client.set_tag(run_id, SUPERSEDED, new_id)
 

@@ -80,3 +80,18 @@ def test_an_attack_without_its_preset_fails():
 
         with pytest.raises(ConformanceError, match="no preset file"):
             check_attack("presetless")
+
+
+def test_an_attack_with_a_version_the_cell_key_cannot_hold_fails():
+    from attacks.membership import Membership
+
+    with scoped():
+        @register_attack("badly_versioned")
+        class Badly(Membership):
+            """Membership inference versioned by a string."""
+
+            preset_name = "membership"
+            version: ClassVar[object] = "2b"
+
+        with pytest.raises(ConformanceError, match="positive int"):
+            check_attack("badly_versioned")

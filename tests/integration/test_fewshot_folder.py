@@ -67,3 +67,35 @@ def test_fewshot_hf_reads_a_local_hugging_face_dataset_of_people(tmp_path, capsy
     assert code == 0, capsys.readouterr().err
     result = json.loads(next(results.rglob("result.json")).read_text())
     assert result["dataset"] == "hf" and not result["synthetic"] and 0 <= result["utility"]["acc"] <= 1
+
+
+def test_a_finished_cell_is_computed_again_when_its_photos_change(tmp_path, capsys):
+    """A FINISHED run is returned only for the data it was computed on: real files can change under one key."""
+    from bench.tracking import Tracker
+
+    people, results = tmp_path / "people", tmp_path / "results"
+    write_people(people, tmp_path / "faces-cache")
+    argv = ["run", "--mechanism", "identity", "--task", "fewshot_folder", "--set", f"task.data.root={people}",
+            "--profile", "smoke", "--attacks", "none", "--results-dir", str(results)]
+
+    def run() -> tuple[str, dict]:
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        tracker = Tracker(results)
+        runs = tracker.client.search_runs([tracker.experiment_id])
+        return err, {r.info.run_id: (r.info.status, r.data.tags.get("bench.superseded_by", "")) for r in runs
+                     if "bench.cell_key" in r.data.tags}
+
+    _, first = run()
+    err, again = run()
+    assert "already has a FINISHED run" in err and again == first  # same photos: the run is shown, not redone
+    photo = people / "person_03" / "02.png"
+    pixels = np.asarray(Image.open(photo)).copy()
+    pixels[:8] = 255 - pixels[:8]
+    Image.fromarray(pixels).save(photo)
+    err, changed = run()
+    assert "the folder data changed since its result" in err and "already has a FINISHED run" not in err
+    (old,) = first
+    new = [run_id for run_id in changed if run_id != old]
+    assert len(new) == 1 and changed[new[0]] == ("FINISHED", "")
+    assert changed[old][1] == new[0]  # the run computed on the old photos is superseded, not counted

@@ -105,6 +105,29 @@ def test_a_changed_preset_is_another_cell_and_another_board(monkeypatch):
     assert boards[0].id == content_key("board", "b", "smoke", True, "fp", "{}")[:12]  # boards of older results keep their ids
 
 
+@pytest.mark.parametrize("module, owner, attribute", [
+    ("tasks.fewshot", "FewShot", "version"),                    # the task's models changed
+    ("bench.datasets.synth_faces", "SynthFaces", "version"),    # the generator draws other faces
+    ("attacks.face_reid", "FaceReid", "version"),               # an adversary's embedder changed
+    ("bench.rng", None, "VERSION"),                             # every random stream changed
+    ("bench.release", None, "RELEASE_FORMAT"),
+    ("bench.facecrops", None, "VIEW_VERSION"),
+])
+def test_code_whose_numbers_changed_is_another_cell_and_another_board(monkeypatch, module, owner, attribute):
+    """A FINISHED run of older code is never returned for, nor ranked beside, what today's code computes."""
+    import importlib
+
+    target = importlib.import_module(module)
+    target = getattr(target, owner) if owner else target
+    config = RunConfig(task="fewshot_synth_faces", mechanism="pixelate", params={"block": 4}, seed=0, profile="smoke")
+    before = plan(config)
+    monkeypatch.setattr(target, attribute, getattr(target, attribute) + 1)
+    after = plan(config)
+    assert before.key != after.key and before.protocol != after.protocol
+    monkeypatch.undo()
+    assert plan(config).key == before.key
+
+
 def test_a_training_method_is_another_cell_on_the_same_board():
     config = RunConfig(task="dp_vit_synth_objects", mechanism="identity", seed=0, profile="smoke")
     flat = plan(config)
@@ -256,3 +279,17 @@ def test_cli_errors_are_one_line_exit_2(capsys, tmp_path, argv, fragment):
     code, _, err = _cli(capsys, "grid", *argv, "--results-dir", str(tmp_path / "r"))
     assert code == 2 and len(err.strip().splitlines()) == 1 and fragment in err
     assert not (tmp_path / "r").exists()
+
+
+def test_finished_cells_on_real_data_go_to_workers_to_be_checked(monkeypatch):
+    """A real-data cell's FINISHED run may predate a change of its files: a worker checks it (cellrun.data_changed)."""
+    import bench.grid as grid_module
+    from bench.grid import Cell, pending
+
+    cells = [Cell(RunConfig(task=task, mechanism="identity"), key, key) for task, key in (
+        ("fewshot_synth_faces", "synthetic-done"), ("fewshot_folder", "real-done"), ("fewshot_folder", "real-new"))]
+    finished = {"synthetic-done": ["run1"], "real-done": ["run2"]}
+    monkeypatch.setattr(grid_module, "finished_runs",
+                        lambda tracker, keys: {k: finished[k] for k in keys if k in finished})
+    todo, done = pending(cells, tracker=None)
+    assert [c.key for c in todo] == ["real-done", "real-new"] and done == finished
