@@ -38,7 +38,7 @@ def _uniform53(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
 
 @kernel
 def _normal(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
-    return rng.normal(rng.words(seeds, counters))
+    return rng.normals(seeds, counters.shape[0])
 
 
 @kernel
@@ -117,7 +117,7 @@ class Streams:
         return self._draw(_uniform24, shape).to(dtype)
 
     def normal(self, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Draws standard normal values by Box-Muller (:func:`bench.rng.normal`): [N, *shape]."""
+        """Draws standard normal values by Box-Muller, two a word (:func:`bench.rng.normals`): [N, *shape]."""
         return self._draw(_normal, shape).to(dtype)
 
     def laplace(self, shape: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:

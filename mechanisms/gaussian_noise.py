@@ -14,7 +14,7 @@ from mechanisms._ops import cast_uint8, chunks, draws_by_default, to_uint8
 @kernel
 def _add_noise(images: torch.Tensor, seeds: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """One pass over images [N, C, H, W]: ``Streams.normal`` draws, scaled, added, rounded half up, clipped."""
-    noise = rng.normal(rng.words(seeds, rng.counters(images.shape[1:], images.device)))
+    noise = rng.normals(seeds, images[0].numel()).view(images.shape)
     return cast_uint8(noise.mul_(sigma).add_(images).add_(0.5).clamp_(0.0, 255.0))
 
 

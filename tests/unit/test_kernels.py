@@ -27,11 +27,14 @@ def test_compiled_words_are_the_eager_words_exactly():
 def test_compiled_draws_match_eager_to_float_precision(monkeypatch: pytest.MonkeyPatch):
     streams = Streams.for_images(1, "kernels", 17)
     with kernels.using("compiled"):
-        compiled = (streams.normal((3, 40)), streams.laplace((3, 40), torch.float64), streams.uniform((3, 40)))
+        compiled = (streams.normal((3, 40)), streams.laplace((3, 40), torch.float64), streams.uniform((3, 40)),
+                    streams.normal((3, 7)))  # an odd count: the last word's sine is not used
     monkeypatch.setenv(kernels.ENV, "0")
     assert kernels.backend("cpu") == "eager"
-    eager = (streams.normal((3, 40)), streams.laplace((3, 40), torch.float64), streams.uniform((3, 40)))
+    eager = (streams.normal((3, 40)), streams.laplace((3, 40), torch.float64), streams.uniform((3, 40)),
+             streams.normal((3, 7)))
     torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(compiled[3], eager[3], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(compiled[1], eager[1], rtol=1e-12, atol=1e-12)
     assert torch.equal(compiled[2], eager[2])
 

@@ -133,6 +133,33 @@ def test_maps_follow_their_formulas():
             assert float(lap[i, k]) == pytest.approx(-magnitude if v >> 63 else magnitude, rel=1e-15, abs=1e-300)
 
 
+@pytest.mark.parametrize("count", [9, 10])
+def test_normals_take_both_branches_of_each_word(count):
+    """Word k gives value k (r cos t) and value m + k (r sin t), m = ceil(count / 2)."""
+    seeds, half = torch.tensor([3, 4]), (count + 1) // 2
+    unsigned = [[v & _U64 for v in row] for row in rng.words(seeds, torch.arange(half)).tolist()]
+    out = rng.normals(seeds, count)
+    assert out.shape == (2, count) and out.dtype == torch.float32 and out.is_contiguous()
+    for i in range(2):
+        for k in range(half):
+            v = unsigned[i][k]
+            radius = math.sqrt(-2.0 * math.log(((v >> 32) + 1) * 2.0**-32))
+            angle = ((v >> 8) & ((1 << 24) - 1)) * 2.0 * math.pi * 2.0**-24
+            assert float(out[i, k]) == pytest.approx(radius * math.cos(angle), rel=1e-5, abs=1e-5)
+            if half + k < count:
+                assert float(out[i, half + k]) == pytest.approx(radius * math.sin(angle), rel=1e-5, abs=1e-5)
+    assert torch.equal(rng.normals(seeds, 9)[:, :5], rng.normals(seeds, 10)[:, :5])  # the cosines do not move
+
+
+def test_normal_pairs_are_independent_normals():
+    """Both halves are N(0, 1) and uncorrelated; a pair's c^2 + s^2 is 2 E, as for two independent normals."""
+    draws = Streams.for_images(6, "rng/pairs", 64).normal((4002,)).double().numpy()
+    cosines, sines = draws[:, :2001].ravel(), draws[:, 2001:].ravel()
+    assert stats.kstest(cosines, "norm").pvalue > 1e-3 and stats.kstest(sines, "norm").pvalue > 1e-3
+    assert abs(np.corrcoef(cosines, sines)[0, 1]) < 0.015  # 128,064 pairs: standard error 0.0028
+    assert stats.kstest((cosines**2 + sines**2) / 2, "expon").pvalue > 1e-3
+
+
 def test_distributions_pass_ks_tests():
     streams = Streams.for_images(0, "rng/ks", 64)
     shape = (4000,)
