@@ -111,15 +111,13 @@ def data_changed(planned: "Plan", result: Any) -> str | None:
     (from the decoded cache, keyed by the files' sizes and modification times, or their bytes
     with ``--verify-data``) and its content fingerprint compared with the result's.
     """
-    from bench.datasets.base import load_dataset
-    from bench.datasets.shards import configure_huggingface
     from bench.registry import datasets
+    from bench.runner import cell_data
 
-    name, cfg = planned.task.dataset, planned.config
+    name = planned.task.dataset
     if datasets.get(name).synthetic:
         return None
-    configure_huggingface(cfg.cache)
-    now = load_dataset(name, cfg.data_root, planned.task.data_options(), cfg.cache, cfg.verify_data).fingerprint
+    now = cell_data(planned).fingerprint
     if now == result.dataset_fingerprint:
         return None
     return f"the {name} data changed since its result (fingerprint {result.dataset_fingerprint[:12]}, now {now[:12]})"

@@ -199,7 +199,6 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
     cfg = plan_.config
     started = time.perf_counter()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    configure_huggingface(cfg.cache)
     torch.use_deterministic_algorithms(True, warn_only=True)
     ctx = RunContext(
         device=plan_.device, seed=cfg.seed, profile=cfg.profile, data_root=cfg.data_root, cache_dir=cfg.cache,
@@ -207,7 +206,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
     )
     dataset = dataset_registry.get(plan_.task.dataset)()
     log(f"{'generating' if dataset.synthetic else 'loading'} {plan_.task.dataset} (or reading it from the cache)")
-    clean = load_dataset(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache, cfg.verify_data)
+    clean = cell_data(plan_)
     chain = image_chain(clean, plan_.task)
     if chain["upscaled"]:
         print(f"bench: warning: {chain['upscaled']} {plan_.task.dataset} image(s) were upscaled to "
@@ -259,6 +258,13 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
         skipped_attacks=skipped, protocol=plan_.protocol,
     )
     return CellOutput(result, clean, release, recorded, ctx.tables)
+
+
+def cell_data(plan_: Plan) -> Splits:
+    """Loads (or generates, or reads from the cache) the dataset a cell is computed on."""
+    cfg = plan_.config
+    configure_huggingface(cfg.cache)
+    return load_dataset(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache, cfg.verify_data)
 
 
 def face_crop_attacks(task_cls: type) -> frozenset[str]:
