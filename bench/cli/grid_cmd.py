@@ -183,7 +183,7 @@ def grid(args: argparse.Namespace) -> int:
 
 
 def _dry_run(cells, where) -> int:
-    from bench.grid import finished_runs
+    from bench.grid import finished_runs, on_real_data
     from bench.tracking import Tracker
 
     done: dict[str, list[str]] = {}
@@ -192,7 +192,9 @@ def _dry_run(cells, where) -> int:
         done = finished_runs(Tracker(where.results_dir, where.tracking_uri), (c.key for c in cells))
     for cell in cells:
         print(f"{cell.key}  {'finished' if cell.key in done else 'to run  '}  {cell.label}")
-    print(f"grid: {len(cells)} cells, {sum(c.key in done for c in cells)} finished, "
+    real = sum(c.key in done and on_real_data(c) for c in cells)
+    checked = f" ({real} on real data: a run checks each against its data first)" if real else ""
+    print(f"grid: {len(cells)} cells, {sum(c.key in done for c in cells)} finished{checked}, "
           f"{sum(c.key not in done for c in cells)} to run")
     return 0
 

@@ -89,6 +89,8 @@ def test_a_finished_cell_is_computed_again_when_its_photos_change(tmp_path, caps
     _, first = run()
     err, again = run()
     assert "already has a FINISHED run" in err and again == first  # same photos: the run is shown, not redone
+    assert main(["grid", *argv[1:], "--dry-run"]) == 0
+    assert "1 finished (1 on real data: a run checks each against its data first), 0 to run" in capsys.readouterr().out
     photo = people / "person_03" / "02.png"
     pixels = np.asarray(Image.open(photo)).copy()
     pixels[:8] = 255 - pixels[:8]
