@@ -6,8 +6,11 @@ batch adds is Python per image, and Pillow's calls hold the GIL between their pa
 
 * images that share a radius are blurred as planes stacked into tall images: two calls
   for the whole stack (:func:`blur_planes`);
-* an image with a radius of its own (face_blur's radius follows its largest face) is one
-  call, its channels as the bands of one multi-band image (:func:`blur_bands`);
+* an image with a radius of its own is one call, its channels as the bands of one
+  multi-band image (:func:`blur_bands`);
+* face_blur's images (each with the radius of its largest face) are blurred with their
+  mask as a fourth band and blended by Pillow's masked paste, with no Python per pixel
+  (:func:`composite_layer`);
 * the work is cut into pieces that a pool of torch's thread count runs side by side:
   Pillow releases the GIL while it filters, and no torch parallel region runs meanwhile
   whose spinning threads would take the cores from the pool.
@@ -79,8 +82,10 @@ def _spans(first: int, end: int, step: int) -> list[tuple[int, int]]:
 
 
 def _step(unit_values: int, units: int, threads: int) -> int:
-    """Units per piece: at most CHUNK_VALUES values (at least one unit) and a thread's share."""
-    return max(1, min(CHUNK_VALUES // max(1, unit_values), -(-units // threads)))
+    """Units per piece: at most CHUNK_VALUES values (at least one unit), in rounds of ``threads`` equal pieces."""
+    most = max(1, CHUNK_VALUES // max(1, unit_values))
+    rounds = -(-units // (threads * most))
+    return max(1, -(-units // (threads * max(1, rounds))))
 
 
 def plan(radii: np.ndarray, changed: np.ndarray) -> tuple[list[tuple[float, int, int]], np.ndarray]:
@@ -159,11 +164,34 @@ def pil_blur(images: torch.Tensor, radii: np.ndarray, changed: np.ndarray) -> to
     return target
 
 
+def composite_layer(layer: np.ndarray, radius: float) -> None:
+    """Blends one image with its blur through its blurred mask, in place, as ``Image.composite`` does.
+
+    The layer holds up to three image channels in bands 0-2 and the mask (255 where the
+    image stays) in band 3. Image and mask are blurred in one call, and Pillow's masked
+    paste then computes ``(I_b (255 - M_b) + I M_b) / 255``, per byte, with the rounding of
+    ``Image.composite``. These are the C calls behind ``Image.frombuffer``, ``Image.filter``
+    and ``Image.paste`` without their Python wrappers: Pillow releases the GIL inside each,
+    so pieces on other threads run meanwhile.
+
+    Args:
+        layer: uint8 [H, W, 4], C-contiguous and writable.
+        radius: The ``GaussianBlur`` radius.
+    """
+    height, width, _ = layer.shape
+    box = (0, 0, width, height)
+    mapped = Image.core.map_buffer(layer, (width, height), "raw", 0, ("RGBA", 0, 1))
+    blurred = mapped.gaussian_blur((radius, radius), 3)
+    blurred.paste(mapped, box, blurred.getband(3))
+    mapped.paste(blurred, box)
+
+
 def pil_blend(images: torch.Tensor, keep: torch.Tensor, rows: np.ndarray, radii: np.ndarray) -> torch.Tensor:
     """Blends images with their blur through blurred masks, as Pillow's ``Image.composite`` does.
 
-    Each image takes its mask as one more band, so one call blurs both; a piece of images
-    is gathered, blurred and blended while it is in cache, and pieces run side by side.
+    Every three channels of an image take its mask as a fourth band (:func:`composite_layer`);
+    a piece of images is gathered into such layers, blended and scattered back while it is
+    in cache, and pieces run side by side.
 
     Args:
         images: uint8 [N, C, H, W] on the CPU.
@@ -178,21 +206,23 @@ def pil_blend(images: torch.Tensor, keep: torch.Tensor, rows: np.ndarray, radii:
     masks = keep.contiguous().numpy()
     target = source.copy()
     _, channels, height, width = source.shape
+    groups = -(-channels // 3)
+    # Channels short of a multiple of three are zero bands: blurred along, never read.
+    new = np.empty if channels % 3 == 0 else np.zeros
 
     def work(first: int, end: int) -> None:
         chosen = source[rows[first:end]]
-        both = np.empty((end - first, height, width, channels + 1), np.uint8)
-        both[..., :channels] = chosen.transpose(0, 2, 3, 1)
-        both[..., channels] = masks[first:end, 0]
+        layers = new((end - first, groups, height, width, 4), np.uint8)
+        for c in range(channels):
+            layers[:, c // 3, :, :, c % 3] = chosen[:, c]
+        layers[..., 3] = masks[first:end]
         for j in range(end - first):
-            blur_bands(both[j], float(radii[first + j]))
-        planar = both.transpose(0, 3, 1, 2)
-        soft = planar[:, channels:].astype(np.uint16)
-        mixed = planar[:, :channels].astype(np.uint16)
-        mixed *= 255 - soft
-        mixed += chosen * soft
-        target[rows[first:end]] = div255_(mixed)
+            for g in range(groups):
+                composite_layer(layers[j, g], float(radii[first + j]))
+        for c in range(channels):
+            chosen[:, c] = layers[:, c // 3, :, :, c % 3]
+        target[rows[first:end]] = chosen
 
-    step = _step((channels + 1) * height * width, len(rows), max(1, torch.get_num_threads()))
+    step = _step(4 * groups * height * width, len(rows), max(1, torch.get_num_threads()))
     _run([partial(work, a, b) for a, b in _spans(0, len(rows), step)])
     return torch.from_numpy(target)

@@ -371,6 +371,19 @@ def test_face_blur_pieces_of_several_images_match_released_code(monkeypatch, thr
         assert_close_to_reference(out[i], ref_face_blur(hwc(x[i]), boxes[i]))
 
 
+@pytest.mark.parametrize("channels", [2, 4, 7])
+def test_face_blur_blends_every_channel_as_its_grey_image(channels, blur_backend):
+    x = random_batch(4, channels, 36, 30, seed=channels)
+    boxes = face_boxes()
+    out = make("face_blur").apply(x, generator=streams(4), boxes=boxes)
+    for c in range(channels):  # Pillow blends each band on its own, so each channel is a grey image
+        alone = make("face_blur").apply(x[:, c : c + 1].contiguous(), generator=streams(4), boxes=boxes)
+        assert torch.equal(out[:, c : c + 1], alone), c
+    grey = x[:, :1].contiguous()
+    assert_close_to_reference(make("face_blur").apply(grey, generator=streams(4), boxes=boxes)[0],
+                              ref_face_blur(hwc(grey[0]), boxes[0]))
+
+
 def test_the_released_codes_longer_side_blurs_less_than_the_diagonal():
     x = photo_like_batch(1, 40, 40, seed=2)
     boxes = [torch.tensor([[10.0, 8.0, 22.0, 30.0]])]
@@ -584,14 +597,17 @@ def test_chunked_batches_give_the_unchunked_images(name, params, monkeypatch):
     assert torch.equal(make(name, **params).apply(x, generator=streams(7)), whole)
 
 
-def test_face_overlay_mask_path_equals_the_slice_path():
-    """The whole-image mask (GPUs) and the per-box slices (CPU) cover the same pixels."""
+@pytest.mark.parametrize("piece_values", [1 << 20, 3240, 6480])
+def test_face_overlay_mask_path_equals_the_slice_path(monkeypatch, piece_values):
+    """The whole-image mask (GPUs) and the per-box slices (CPU), whole or in pieces of one or two images, agree."""
+    from mechanisms import face
     from mechanisms.face import _flatten_boxes, box_mask
 
-    x = photo_like_batch(4, 36, 30, seed=6)
-    boxes = face_boxes()
+    monkeypatch.setattr(face, "PIECE_VALUES", piece_values)
+    x = photo_like_batch(9, 36, 30, seed=6)
+    boxes = face_boxes() * 2 + face_boxes()[2:3]  # the last piece has no boxes
     mech = make("face_overlay")
     flat, owner = _flatten_boxes(boxes)
-    mask = box_mask(flat, owner, 4, 36, 30).unsqueeze(1)
+    mask = box_mask(flat, owner, 9, 36, 30).unsqueeze(1)
     masked = torch.where(mask, mech.fill_value(3).view(1, -1, 1, 1), x)
-    assert torch.equal(mech.apply(x, generator=streams(4), boxes=boxes), masked)
+    assert torch.equal(mech.apply(x, generator=streams(9), boxes=boxes), masked)
