@@ -107,20 +107,36 @@ def data_changed(planned: "Plan", result: Any) -> str | None:
 
     Synthetic data is a function of its options and generator version, both in the cell key.
     Real data is read from a root whose files can change under one key (photos added to a
-    folder, a dataset replaced by another version), so it is loaded as the cell would load it
-    (from the decoded cache, keyed by the files' sizes and modification times, or their bytes
-    with ``--verify-data``) and its content fingerprint compared with the result's.
+    folder, a dataset replaced by another version), so every real dataset the result read
+    (its own, a transfer target, a public set: ``Result.data_reads``; only its own in a
+    result written before reads were recorded) is loaded as the cell would load it (from
+    the decoded cache, keyed by the files' sizes and modification times, or their bytes
+    with ``--verify-data``) and its content fingerprint compared with the one recorded.
     """
+    from bench.datasets.base import image_set_digest, load_dataset, load_public, read_entry
+    from bench.datasets.shards import configure_huggingface
     from bench.registry import datasets
     from bench.runner import cell_data
 
-    name = planned.task.dataset
-    if datasets.get(name).synthetic:
-        return None
-    now = cell_data(planned).fingerprint
-    if now == result.dataset_fingerprint:
-        return None
-    return f"the {name} data changed since its result (fingerprint {result.dataset_fingerprint[:12]}, now {now[:12]})"
+    cfg, name = planned.config, planned.task.dataset
+    configure_huggingface(cfg.cache)
+    own = read_entry(name, "splits", planned.task.data_options(), result.dataset_fingerprint,
+                     datasets.get(name).synthetic)
+    reads = [own] if result.data_reads is None else result.data_reads
+    for read in reads:
+        if read["synthetic"]:
+            continue
+        if read == own:
+            now = cell_data(planned).fingerprint
+        else:
+            load = load_dataset if read["part"] == "splits" else load_public
+            loaded = load(read["dataset"], cfg.data_root, read["options"], cfg.cache, cfg.verify_data)
+            now = "absent" if loaded is None else (loaded.fingerprint if read["part"] == "splits"
+                                                   else image_set_digest(loaded))
+        if now != read["fingerprint"]:
+            what = f"the {read['dataset']} data" + (" (its public set)" if read["part"] == "public" else "")
+            return f"{what} changed since its result (fingerprint {read['fingerprint'][:12]}, now {now[:12]})"
+    return None
 
 
 def one_line(exc: BaseException) -> str:

@@ -151,10 +151,12 @@ def pending(cells: Sequence[Cell], tracker: "Tracker") -> tuple[list[Cell], dict
 
 
 def on_real_data(cell: Cell) -> bool:
-    """Whether a cell reads real data, whose files can change under one cell key."""
+    """Whether a cell reads real data (its own dataset or ``Task.other_datasets``), which can change under a key."""
     from bench.registry import datasets, tasks
 
-    return not datasets.get(tasks.get(cell.config.task).dataset).synthetic
+    cfg = cell.config
+    task = tasks.get(cfg.task)(cfg.profile, cfg.overrides.get("task"))
+    return any(not datasets.get(name).synthetic for name in (task.dataset, *task.other_datasets()))
 
 
 def _search(tracker: "Tracker", filter_string: str):

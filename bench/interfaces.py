@@ -299,6 +299,14 @@ class Task(_Configurable):
             BenchError: That data is missing; the message names its layout.
         """
 
+    def other_datasets(self) -> tuple[str, ...]:
+        """Returns the registered datasets the task reads besides its own (a transfer target).
+
+        ``bench grid`` hands a finished cell whose data is real, its own or one of these, to
+        a worker that checks the data against the result before skipping it.
+        """
+        return ()
+
     def training_claim(self, clean: Splits) -> PrivacyClaim | None:
         """Returns the guarantee of the task's own training for its training records, or None.
 

@@ -59,6 +59,11 @@ class Result:
         protocol: Content key of the resolved task and attack settings (presets with
             overrides) less the task's entry settings (:func:`bench.cells.protocol_key`): part
             of the board's key. Empty in results written before it was recorded.
+        data_reads: Every dataset the cell read, its own included (a transfer task's
+            target, the public set a mechanism fitted on): dicts of ``dataset``, ``part``
+            (``splits`` or ``public``), loader ``options``, content ``fingerprint`` and
+            ``synthetic`` (:func:`bench.datasets.base.recording_reads`). None in results
+            written before they were recorded.
         schema: Serialisation schema version.
     """
 
@@ -91,6 +96,7 @@ class Result:
     training_claim: dict[str, Any] | None = None
     groups: dict[str, Any] = field(default_factory=dict)
     protocol: str = ""
+    data_reads: list[dict[str, Any]] | None = None
     schema: int = RESULT_SCHEMA
 
     @property

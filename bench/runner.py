@@ -21,7 +21,7 @@ import torch
 from bench import __version__, curves, scores
 from bench.cells import cell_key, protocol_key
 from bench.config import PROFILES, did_you_mean
-from bench.datasets.base import ImageSet, Splits, load_dataset
+from bench.datasets.base import ImageSet, Splits, load_dataset, load_public, recording_reads
 from bench.datasets.shards import configure_huggingface
 from bench.errors import BenchError
 from bench.facecrops import face_crop_view, has_face_table
@@ -188,6 +188,9 @@ class CellOutput:
 def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progress: Callable[..., Any] | None = None) -> CellOutput:
     """Computes one cell. Writes only to the cache; tracking is :func:`log_cell`'s job.
 
+    Its result records every dataset the cell read (``data_reads``: its own, a transfer
+    target, the public set a mechanism fitted on) with its fingerprint.
+
     Args:
         plan_: A validated plan from :func:`plan`.
         log: Progress messages.
@@ -196,6 +199,12 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
     Raises:
         BenchError: Missing or malformed data.
     """
+    with recording_reads(plan_.config.verify_data) as reads:
+        output = _compute(plan_, log, progress)
+    return dataclasses.replace(output, result=dataclasses.replace(output.result, data_reads=reads))
+
+
+def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., Any] | None) -> CellOutput:
     cfg = plan_.config
     started = time.perf_counter()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -217,7 +226,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
     boxes = cfg.overrides.get("release", {}).get("boxes", "dataset")
 
     def public() -> ImageSet | None:
-        return dataset.load_public(cfg.data_root, plan_.task.data_options(), cfg.cache)
+        return load_public(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache)
 
     release = make_release(clean, plan_.mechanism, ctx, public, boxes)
     with curves.recording() as recorded:

@@ -155,6 +155,25 @@ def _groups(row: pd.Series) -> tuple[dict[str, Any], float, str]:
     return groups, privacy, _text(worst.get("group")) if math.isfinite(privacy) else ""
 
 
+def data_fingerprint(row: pd.Series | dict[str, Any]) -> str:
+    """Returns the fingerprint of the data a board's cells share.
+
+    It is the cell's own dataset's fingerprint, followed (after ``+``) by those of the other
+    real datasets whose splits it read (``Result.data_reads``: a transfer task's target),
+    which every cell of its benchmark reads alike. A synthetic one is a function of its
+    options and generator version, already in the board's protocol. Public sets are left
+    out: only a mechanism that fits reads one, and it is part of that mechanism's release.
+    """
+    own = _text(row.get("dataset_fingerprint"))
+    reads = row.get("data_reads")
+    if not isinstance(reads, list):
+        return own
+    others = sorted({_text(r.get("fingerprint")) for r in reads
+                     if isinstance(r, dict) and r.get("part") == "splits" and not r.get("synthetic", True)
+                     and _text(r.get("fingerprint")) != own})
+    return "+".join([own, *others])
+
+
 def _board(row: pd.Series) -> BoardKey:
     attacks = _mapping(row.get("attacks")) or {}
     overrides = board_overrides(_text(row.get("task")), _mapping(row.get("overrides")) or {})
@@ -163,7 +182,7 @@ def _board(row: pd.Series) -> BoardKey:
         benchmark=_text(row.get("task")),
         profile=_text(row.get("profile")),
         synthetic=bool(synthetic) if synthetic is not None and synthetic == synthetic else True,
-        dataset_fingerprint=_text(row.get("dataset_fingerprint")),
+        dataset_fingerprint=data_fingerprint(row),
         settings=canonical_settings(overrides, attacks),
         protocol=_text(row.get("protocol")),
     )

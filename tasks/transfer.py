@@ -105,6 +105,10 @@ class Transfer(RecipeTask):
         """
         self.check_recipe(shape, ("train",))
 
+    def other_datasets(self) -> tuple[str, ...]:
+        """Returns the target, which the task reads besides its source."""
+        return (self.config.target,)
+
     def check_other_data(self, root: Path | None, eval_split: str = "test") -> None:
         """Checks, cheaply, that the target's data is there with a train and an evaluated split.
 

@@ -7,8 +7,12 @@ Image sets and splits live in :mod:`bench.datasets.splits`, cache helpers in
 from __future__ import annotations
 
 import abc
+import contextlib
+import contextvars
+import json
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Iterator, Mapping
 
 from bench.datasets.caching import (
     VERIFY_BYTES,
@@ -35,6 +39,8 @@ __all__ = [
     "content_digest",
     "fingerprint",
     "load_dataset",
+    "load_public",
+    "recording_reads",
     "size_report",
     "source_fingerprint",
 ]
@@ -96,9 +102,65 @@ class Dataset(abc.ABC):
         return BenchError(f"{self.name}: {what} not found {where}; expected {self.layout}")
 
 
+_READS: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar("data_reads", default=None)
+
+
+@contextlib.contextmanager
+def recording_reads(verify_data: bool = False) -> Iterator[list[dict[str, Any]]]:
+    """Records every dataset :func:`load_dataset` and :func:`load_public` load inside the block.
+
+    A cell reads more than its own dataset (a transfer task's target, the public set a
+    mechanism fits on); each read is recorded with what loads it again and its content
+    fingerprint, so that a cached result is checked against all the data behind it.
+
+    Args:
+        verify_data: Fingerprint real source files by their bytes in every load inside the
+            block that does not say otherwise.
+
+    Yields:
+        The reads, in order, without repeats: dicts of ``dataset``, ``part`` (``splits`` or
+        ``public``), ``options`` (as JSON gives them back), ``fingerprint`` and ``synthetic``.
+    """
+    reads: list[dict[str, Any]] = []
+    token = _READS.set(reads)
+    try:
+        with _verifying(verify_data):
+            yield reads
+    finally:
+        _READS.reset(token)
+
+
+@contextlib.contextmanager
+def _verifying(verify_data: bool | None) -> Iterator[None]:
+    """Sets how source files are fingerprinted inside the block (None: as they are now)."""
+    token = VERIFY_BYTES.set(VERIFY_BYTES.get() if verify_data is None else verify_data)
+    try:
+        yield
+    finally:
+        VERIFY_BYTES.reset(token)
+
+
+def read_entry(name: str, part: str, options: Mapping[str, Any], digest: str, synthetic: bool) -> dict[str, Any]:
+    """Returns one read as :func:`recording_reads` records it (options as a JSON round trip gives them)."""
+    return {"dataset": name, "part": part, "options": json.loads(json.dumps(dict(options), default=str)),
+            "fingerprint": digest, "synthetic": bool(synthetic)}
+
+
+def _record(dataset: type[Dataset], part: str, options: Mapping[str, Any], digest: str) -> None:
+    reads = _READS.get()
+    entry = read_entry(dataset.name, part, options, digest, dataset.synthetic)
+    if reads is not None and entry not in reads:
+        reads.append(entry)
+
+
+def image_set_digest(images: ImageSet) -> str:
+    """Returns the content digest of an image set (images, labels, attributes, boxes, cameras)."""
+    return content_digest({f.name: getattr(images, f.name) for f in fields(images)})
+
+
 def load_dataset(name: str, root: Path | None, options: Mapping[str, Any], cache_dir: Path,
-                 verify_data: bool = False) -> Splits:
-    """Loads a registered dataset by name.
+                 verify_data: bool | None = None) -> Splits:
+    """Loads a registered dataset by name (recorded inside :func:`recording_reads`).
 
     Args:
         name: Registered dataset name.
@@ -107,11 +169,32 @@ def load_dataset(name: str, root: Path | None, options: Mapping[str, Any], cache
         cache_dir: Where decoded or generated splits are cached.
         verify_data: Fingerprint real source files by their bytes rather than by size and
             modification time (slower; catches a file rewritten in place with its old mtime).
+            None: as the enclosing :func:`recording_reads` says (else no).
     """
     from bench.registry import datasets
 
-    token = VERIFY_BYTES.set(verify_data)
-    try:
-        return datasets.get(name)().load(root, options, cache_dir)
-    finally:
-        VERIFY_BYTES.reset(token)
+    dataset = datasets.get(name)
+    with _verifying(verify_data):
+        splits = dataset().load(root, options, cache_dir)
+    _record(dataset, "splits", options, splits.fingerprint)
+    return splits
+
+
+def load_public(name: str, root: Path | None, options: Mapping[str, Any], cache_dir: Path,
+                verify_data: bool | None = None) -> ImageSet | None:
+    """Loads a registered dataset's public set (:meth:`Dataset.load_public`; recorded inside :func:`recording_reads`).
+
+    Args:
+        name, root, options, cache_dir, verify_data: As for :func:`load_dataset`.
+
+    Returns:
+        The public set, or None where the dataset has none.
+    """
+    from bench.registry import datasets
+
+    dataset = datasets.get(name)
+    with _verifying(verify_data):
+        public = dataset().load_public(root, options, cache_dir)
+    if public is not None:
+        _record(dataset, "public", options, image_set_digest(public))
+    return public

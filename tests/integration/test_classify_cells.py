@@ -95,6 +95,11 @@ def test_transfer_compares_backbones_with_a_paired_interval(scenes):
     # the source backbones are classify's cached models
     assert utility["source_top1_original"] == pytest.approx(scenes["obf_obf", "identity"]["utility"]["top1"])
     assert scenes["transfer"]["_err"].count("reused cached model") >= 2
+    # The target is recorded beside the source, so a cached result is checked against both.
+    reads = scenes["transfer"]["data_reads"]
+    assert [(r["dataset"], r["part"], r["synthetic"]) for r in reads] == [("synth_scenes", "splits", True)] * 2
+    assert reads[0]["options"] != reads[1]["options"]
+    assert reads[0]["fingerprint"] == scenes["transfer"]["dataset_fingerprint"]
 
 
 def test_transfer_presets_train_the_classify_models(tmp_path):

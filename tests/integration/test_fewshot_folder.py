@@ -101,3 +101,55 @@ def test_a_finished_cell_is_computed_again_when_its_photos_change(tmp_path, caps
     new = [run_id for run_id in changed if run_id != old]
     assert len(new) == 1 and changed[new[0]] == ("FINISHED", "")
     assert changed[old][1] == new[0]  # the run computed on the old photos is superseded, not counted
+
+
+FITTED_MECHANISM = '''
+from bench.interfaces import Mechanism, ParamSpace
+from bench.registry import register_mechanism
+
+@register_mechanism("folder_test_fitted")
+class Fitted(Mechanism):
+    params = ParamSpace()
+
+    def fit(self, public, ctx):
+        self.shade = int(public.images.float().mean())
+
+    def apply(self, images, *, generator, boxes=None):
+        return images.clone()
+'''
+
+
+def test_a_finished_cell_is_computed_again_when_the_public_photos_it_fitted_on_change(tmp_path, capsys):
+    """The public set a mechanism fits on is data behind its numbers: a change is caught (where it was read)."""
+    from bench.tracking import Tracker
+
+    people, results = tmp_path / "people", tmp_path / "results"
+    write_people(people, tmp_path / "faces-cache")
+    for person in range(36, 40):  # 9 photos each, below min_images=10: the public people
+        (people / f"person_{person:02d}" / "10.png").unlink()
+    (tmp_path / "fitted.py").write_text(FITTED_MECHANISM)
+    common = ["--task", "fewshot_folder", "--set", f"task.data.root={people}", "--set", "task.data.min_images=10",
+              "--profile", "smoke", "--attacks", "none", "--results-dir", str(results)]
+    fitted = ["run", "--mechanism-file", str(tmp_path / "fitted.py"), "--mechanism", "folder_test_fitted", *common]
+    plain = ["run", "--mechanism", "identity", *common]
+
+    def run(argv) -> str:
+        assert main(argv) == 0
+        return capsys.readouterr().err
+
+    run(fitted), run(plain)
+    tracker = Tracker(results)
+    (finished,) = [r for r in tracker.client.search_runs([tracker.experiment_id])
+                   if r.data.tags.get("bench.mechanism") == "folder_test_fitted"]
+    reads = tracker.load_result(finished.info.run_id).data_reads
+    assert [(r["dataset"], r["part"]) for r in reads] == [("folder", "splits"), ("folder", "public")]
+    assert "already has a FINISHED run" in run(fitted)
+    photo = people / "person_38" / "04.png"  # a public person's
+    pixels = np.asarray(Image.open(photo)).copy()
+    pixels[:8] = 255 - pixels[:8]
+    Image.fromarray(pixels).save(photo)
+    err = run(plain)
+    assert "already has a FINISHED run" in err  # identity fits nothing: it never read the public photos
+    err = run(fitted)
+    assert "the folder data (its public set) changed since its result" in err
+    assert "already has a FINISHED run" not in err

@@ -277,3 +277,28 @@ def test_grey_option_and_public_classes(tree, cache):
     in_splits = {lab for s in grey.sets.values() for lab in s.labels.tolist()}
     assert len(public) == len(grey["train"]) and not set(public.labels.tolist()) & in_splits
     assert Folder().load_public(None, opts(tree.root), cache) is None
+
+
+def test_loads_inside_a_cell_are_recorded_with_what_loads_them_again(tree, cache, monkeypatch):
+    from bench.datasets import caching, folder
+    from bench.datasets.base import image_set_digest, load_dataset, load_public, recording_reads
+
+    options = opts(tree.root, min_images=5, split_fractions=[0.5, 0, 0.5])
+    assert load_dataset("folder", None, options, cache) is not None  # outside a cell: nothing recorded
+    seen = []
+    real = folder.source_fingerprint
+    monkeypatch.setattr(folder, "source_fingerprint",
+                        lambda paths: seen.append(caching.VERIFY_BYTES.get()) or real(paths))
+    with recording_reads(verify_data=True) as reads:
+        splits = load_dataset("folder", None, options, cache)
+        public = load_public("folder", None, options, cache)
+        load_dataset("folder", None, options, cache)  # read twice, recorded once
+        assert load_public("folder", None, opts(tree.root), cache) is None  # no public set: nothing read
+    assert seen and all(seen)  # the cell's --verify-data holds for every load inside it
+    assert reads == [
+        {"dataset": "folder", "part": "splits", "options": options, "fingerprint": splits.fingerprint,
+         "synthetic": False},
+        {"dataset": "folder", "part": "public", "options": options, "fingerprint": image_set_digest(public),
+         "synthetic": False},
+    ]
+    assert image_set_digest(public) != image_set_digest(public.with_images(255 - public.images))

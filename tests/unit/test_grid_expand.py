@@ -287,9 +287,16 @@ def test_finished_cells_on_real_data_go_to_workers_to_be_checked(monkeypatch):
     from bench.grid import Cell, pending
 
     cells = [Cell(RunConfig(task=task, mechanism="identity"), key, key) for task, key in (
-        ("fewshot_synth_faces", "synthetic-done"), ("fewshot_folder", "real-done"), ("fewshot_folder", "real-new"))]
-    finished = {"synthetic-done": ["run1"], "real-done": ["run2"]}
+        ("fewshot_synth_faces", "synthetic-done"), ("fewshot_folder", "real-done"), ("fewshot_folder", "real-new"),
+        ("transfer_synth_scenes_synth_faces", "synthetic-transfer-done"))]
+    finished = {"synthetic-done": ["run1"], "real-done": ["run2"], "synthetic-transfer-done": ["run3"]}
     monkeypatch.setattr(grid_module, "finished_runs",
                         lambda tracker, keys: {k: finished[k] for k in keys if k in finished})
     todo, done = pending(cells, tracker=None)
     assert [c.key for c in todo] == ["real-done", "real-new"] and done == finished
+    # A real dataset the task reads besides its own (a transfer target) makes the cell real too.
+    from tasks.transfer import Transfer
+
+    monkeypatch.setattr(Transfer, "other_datasets", lambda self: ("folder",))
+    todo, _ = pending(cells, tracker=None)
+    assert [c.key for c in todo] == ["real-done", "real-new", "synthetic-transfer-done"]

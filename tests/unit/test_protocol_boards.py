@@ -112,6 +112,29 @@ def test_identical_frontiers_tie_however_many_reruns_one_of_them_has():
     assert "1 (tied)" in render_terminal(build_leaderboard(pd.DataFrame(rows), [declare("same_a"), declare("same_b")]))
 
 
+def test_a_transfer_target_s_data_is_part_of_the_board_and_a_public_set_is_not():
+    from leaderboard.cells import data_fingerprint
+
+    def read(dataset, fingerprint, part="splits", synthetic=False):
+        return {"dataset": dataset, "part": part, "options": {}, "fingerprint": fingerprint, "synthetic": synthetic}
+
+    own = read("synth_scenes", "fp-synth", synthetic=True)
+    base = {"dataset_fingerprint": "fp-synth"}
+    assert data_fingerprint(base) == "fp-synth"  # written before reads were recorded
+    assert data_fingerprint(dict(base, data_reads=[own])) == "fp-synth"
+    assert data_fingerprint(dict(base, data_reads=[own, read("folder_images", "fp-t1")])) == "fp-synth+fp-t1"
+    assert data_fingerprint(dict(base, data_reads=[own, read("cifar10", "fp-c", synthetic=True)])) == "fp-synth"
+    assert data_fingerprint(dict(base, data_reads=[own, read("synth_scenes", "fp-pub", part="public")])) == "fp-synth"
+    rng = np.random.default_rng(3)
+    rows = [dict(r, data_reads=[own, read("folder_images", "fp-t1")]) for r in entry_rows("alpha", STRONG, rng)]
+    rows += [dict(r, data_reads=[own, read("folder_images", "fp-t2")], cell_key="t2-" + r["cell_key"])
+             for r in entry_rows("alpha", STRONG, rng)]
+    declarations = [declare("alpha"), Declaration("alpha t2", "local", "alpha", "s", "quick", SEEDS, {
+        "t2-" + k: v for k, v in declare("alpha").cells.items()})]
+    boards = build_leaderboard(pd.DataFrame(rows), declarations).boards
+    assert sorted(b.key.dataset_fingerprint for b in boards) == ["fp-synth+fp-t1", "fp-synth+fp-t2"]
+
+
 def test_profiles_data_and_settings_never_share_a_board():
     rng = np.random.default_rng(1)
     rows = entry_rows("alpha", STRONG, rng)
