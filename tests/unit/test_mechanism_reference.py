@@ -597,13 +597,15 @@ def test_chunked_batches_give_the_unchunked_images(name, params, monkeypatch):
     assert torch.equal(make(name, **params).apply(x, generator=streams(7)), whole)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("piece_values", [1 << 20, 3240, 6480])
-def test_face_overlay_mask_path_equals_the_slice_path(monkeypatch, piece_values):
+def test_face_overlay_mask_path_equals_the_slice_path(monkeypatch, piece_values, threads):
     """The whole-image mask (GPUs) and the per-box slices (CPU), whole or in pieces of one or two images, agree."""
     from mechanisms import face
     from mechanisms.face import _flatten_boxes, box_mask
 
     monkeypatch.setattr(face, "PIECE_VALUES", piece_values)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
     x = photo_like_batch(9, 36, 30, seed=6)
     boxes = face_boxes() * 2 + face_boxes()[2:3]  # the last piece has no boxes
     mech = make("face_overlay")
