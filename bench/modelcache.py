@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
 from torch import nn
 
 from bench import curves
@@ -28,7 +29,9 @@ def cached_model(
 
     Args:
         cache_dir: The run's cache directory; models live in ``cache_dir/models``.
-        key_parts: Everything the trained weights depend on (data key, config, seed).
+        key_parts: Everything the trained weights depend on (data key, config, seed). A model
+            trained on the CPU is keyed by torch's thread count too: threads split float sums,
+            so a model trained on 1 thread (a grid worker's share) differs from one trained on 2.
         build: Makes the untrained model.
         train: Trains the model in place and returns facts to keep with it (numbers and
             strings only; ``curve``: name -> one value per epoch, see :mod:`bench.curves`).
@@ -39,8 +42,8 @@ def cached_model(
         The model (on the device ``build``/``train`` put it on) and the training facts
         (without the curves).
     """
-    key = content_key(*key_parts)
     model = build()
+    key = content_key(*key_parts, *_cpu_threads(model))
 
     def make() -> dict[str, Any]:
         started = time.perf_counter()
@@ -57,3 +60,9 @@ def cached_model(
     if name is not None:
         curves.record(name, key, curve)
     return model, info
+
+
+def _cpu_threads(model: nn.Module) -> tuple[Any, ...]:
+    """Returns ``("cpu_threads", N)`` for a model that trains on the CPU, else nothing."""
+    on_cpu = any(t.device.type == "cpu" for t in model.parameters()) or not any(True for _ in model.parameters())
+    return ("cpu_threads", torch.get_num_threads()) if on_cpu else ()

@@ -78,7 +78,7 @@ def shipment(plugin_files: Sequence[Path], ship: bool = True) -> Iterator[Shipme
         ship: Build a runtime_env (False: Ray is already initialized by the caller, whose
             job's runtime_env cannot change; workers then read the files at the driver's paths).
     """
-    from bench.runner import git_sha
+    from bench.provenance import git_sha
 
     files = [Path(p).resolve() for p in plugin_files]
     digests = tuple(_file_digest(p) for p in files)

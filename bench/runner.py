@@ -5,26 +5,23 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
 
-from bench import __version__, curves, scores
+from bench import curves, scores
 from bench.cells import cell_key, protocol_key
 from bench.config import PROFILES, did_you_mean
 from bench.datasets.base import ImageSet, Splits, load_dataset, load_public, recording_reads
 from bench.datasets.shards import configure_huggingface
 from bench.errors import BenchError
 from bench.facecrops import face_crop_view, has_face_table
+from bench.provenance import cpu_thread_count, git_sha, versions
 from bench.groups import MIN_GROUP_SIZE, cell_groups
 from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
 from bench.registry import attacks as attack_registry
@@ -258,7 +255,7 @@ def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., An
         privacy_score=scores.worst(privacy.values()), privacy_flags=flags, eval_split=cfg.split,
         claim=release.claim.to_dict() if release.claim else None,
         runtime_s=time.perf_counter() - started, versions={**versions(), "kernels": release.kernels,
-                                                           **cpu_threads(plan_.device)},
+                                                           **cpu_thread_count(plan_.device)},
         git_sha=git_sha(),
         dataset_fingerprint=clean.fingerprint, synthetic=clean.synthetic, device=str(plan_.device),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -374,44 +371,6 @@ def table_csv(rows: list[dict[str, Any]]) -> bytes:
         writer.writeheader()
         writer.writerows(rows)
     return out.getvalue().encode()
-
-
-@lru_cache(maxsize=1)
-def versions() -> dict[str, str]:
-    """Returns the versions of Python, PrivBench and the packages that change numbers."""
-    out = {"python": platform.python_version(), "privbench": __version__}
-    for package in ("torch", "torchvision", "numpy", "scikit-learn", "facenet-pytorch", "mlflow"):
-        try:
-            out[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            out[package] = "absent"
-    return out
-
-
-def cpu_threads(device: torch.device) -> dict[str, str]:
-    """Returns ``{"cpu_threads": N}`` for a CPU cell: torch's intra-op threads split float sums, so a
-    cell computed on 1 thread (a grid worker's share of 2 cores) and on 2 differs slightly."""
-    return {"cpu_threads": str(torch.get_num_threads())} if device.type == "cpu" else {}
-
-
-@lru_cache(maxsize=1)
-def git_sha() -> str:
-    """Returns the harness's commit (with ``-dirty`` for uncommitted changes), or ``unknown``.
-
-    Code shipped to a Ray worker is no git checkout: the driver's commit comes in ``BENCH_GIT_SHA``.
-    """
-    if os.environ.get("BENCH_GIT_SHA"):
-        return os.environ["BENCH_GIT_SHA"]
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        if sha.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
-        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def stderr_log(message: str) -> None:

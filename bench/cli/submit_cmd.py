@@ -185,7 +185,7 @@ class EntryParts:
 
 def build_entry(args, parts: EntryParts, summary, where) -> dict[str, Any]:
     """Returns the entry: provenance, the declaration, and every cell's result and MLflow run id."""
-    from bench.runner import git_sha, versions
+    from bench.provenance import git_sha, versions
     from bench.tracking import Tracker
     from leaderboard.declare import declaration_block
     from leaderboard.store import ENTRY_SCHEMA

@@ -177,7 +177,7 @@ def test_a_mechanism_file_runs_on_the_cluster_from_its_shipped_copy(capsys, tmp_
         assert not Path(bench_there).is_relative_to(ROOT)  # the shipped package, not the checkout
         assert cwd_there == os.getcwd()  # relative paths mean what they meant to the driver
     assert not tokens_in(shared_cache)
-    from bench.runner import git_sha
+    from bench.provenance import git_sha
     from mlflow.tracking import MlflowClient
 
     [run_id] = [i for ids in runs_by_key(results, "FINISHED").values() for i in ids]

@@ -39,3 +39,17 @@ def test_cached_model_records_its_curve_fresh_and_from_the_cache(tmp_path):
         with curves.recording() as recorded:
             _, info = cached_model(tmp_path, ("m", 1), lambda: torch.nn.Linear(2, 2), train, name="toy")
         assert recorded == {"toy.loss": [0.9, 0.4]} and info == {"steps": 2}
+
+
+def test_a_cpu_model_is_cached_per_thread_count(tmp_path, monkeypatch):
+    """Threads split float sums: a model trained on 1 thread is not served to a process on 2."""
+    trained = []
+
+    def train(model):
+        trained.append(torch.get_num_threads())
+        return {}
+
+    for threads in (1, 2, 1, 2):
+        monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+        cached_model(tmp_path, ("m", 1), lambda: torch.nn.Linear(2, 2), train)
+    assert trained == [1, 2]  # each thread count trains once, then reads its own model back
