@@ -27,9 +27,22 @@ def versions() -> dict[str, str]:
 
 
 def cpu_thread_count(device: torch.device) -> dict[str, str]:
-    """Returns ``{"cpu_threads": N}`` for a CPU cell: torch's intra-op threads split float sums, so a
-    cell computed on 1 thread (a grid worker's share of 2 cores) and on 2 differs slightly."""
-    return {"cpu_threads": str(torch.get_num_threads())} if device.type == "cpu" else {}
+    """Returns ``{"cpu_threads": N, "cpu": model}`` for a CPU cell, else nothing.
+
+    torch's intra-op threads split float sums, so a cell computed on 1 thread (a grid
+    worker's share of 2 cores) and on 2 differs slightly; so does one computed on another
+    CPU model, whose kernels round differently (AVX-512 against AVX2).
+    """
+    return {"cpu_threads": str(torch.get_num_threads()), "cpu": cpu_model()} if device.type == "cpu" else {}
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """Returns the CPU's model name (``/proc/cpuinfo``, else ``platform.processor()``), or ``unknown``."""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text(errors="replace").splitlines() if info.is_file() else []
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+    return name or platform.processor() or "unknown"
 
 
 @lru_cache(maxsize=1)

@@ -53,6 +53,7 @@ import PIL
 import torch
 
 from bench import kernels
+from bench.provenance import cpu_model
 from bench.registry import mechanisms
 from bench.streams import Streams
 from bench.testing.mechanisms import synthetic_boxes
@@ -207,8 +208,7 @@ def kernel_path(mode: str, values: int) -> str:
 
 def machine() -> str:
     """Returns one line on the machine: versions, CPUs, load."""
-    info = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
-    model = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), "?")
+    model = cpu_model()
     cv = impls.cv2.__version__ if impls.cv2 is not None else "not installed"
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     return (f"torch {torch.__version__}, numpy {np.__version__}, Pillow {PIL.__version__}, cv2 {cv}; "

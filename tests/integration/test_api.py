@@ -7,6 +7,7 @@ import torch
 
 import bench
 from bench.errors import BenchError
+from bench.provenance import cpu_model
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +111,9 @@ def test_mlflow_carries_task_and_attack_settings_as_params(ran):
     (dataset,) = run.inputs.dataset_inputs
     assert dataset.dataset.name == "synth_faces" and dataset.dataset.digest == result.dataset_fingerprint[:36]
     assert dataset.dataset.source_type == "synthetic"
-    # The CPU cell's intra-op threads, which its float sums depend on.
+    # The CPU cell's intra-op threads and CPU model, which its float sums depend on.
     assert run.data.tags["bench.version.cpu_threads"] == result.versions["cpu_threads"] == str(torch.get_num_threads())
+    assert run.data.tags["bench.version.cpu"] == result.versions["cpu"] == cpu_model() != "unknown"
 
 
 def test_a_copied_results_directory_reads_its_own_artifacts_after_relocate(ran, tmp_path, capsys):
