@@ -181,7 +181,7 @@ class FaceOverlay(Mechanism):
         # Truncated corners, ends included (ImageDraw), clipped at 0 (slices clip the far side).
         spans = (torch.trunc(flat).to(torch.int64) + torch.tensor([0, 0, 1, 1])).clamp_(min=0).tolist()
         owners, first_box = owner.tolist(), np.searchsorted(owner.numpy(), np.arange(n + 1)).tolist()
-        step = max(1, PIECE_VALUES // max(1, images[0].numel()))
+        step = max(1, PIECE_VALUES // max(1, channels * height * width))
         original, single = source.numpy(), torch.get_num_threads() == 1
         for first in range(0, n, step):
             end = min(first + step, n)
