@@ -152,11 +152,16 @@ def pending(cells: Sequence[Cell], tracker: "Tracker") -> tuple[list[Cell], dict
 
 def on_real_data(cell: Cell) -> bool:
     """Whether a cell reads real data (its own dataset or ``Task.other_datasets``), which can change under a key."""
+    from bench.interfaces import Task
     from bench.registry import datasets, tasks
 
-    cfg = cell.config
-    task = tasks.get(cfg.task)(cfg.profile, cfg.overrides.get("task"))
-    return any(not datasets.get(name).synthetic for name in (task.dataset, *task.other_datasets()))
+    cfg, task_cls = cell.config, tasks.get(cell.config.task)
+    if not datasets.get(task_cls.dataset).synthetic:
+        return True
+    if task_cls.other_datasets is Task.other_datasets:  # reads its own data only: no task to build
+        return False
+    task = task_cls(cfg.profile, cfg.overrides.get("task"))
+    return any(not datasets.get(name).synthetic for name in task.other_datasets())
 
 
 def _search(tracker: "Tracker", filter_string: str):
