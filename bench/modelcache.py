@@ -63,6 +63,7 @@ def cached_model(
 
 
 def _cpu_threads(model: nn.Module) -> tuple[Any, ...]:
-    """Returns ``("cpu_threads", N)`` for a model that trains on the CPU, else nothing."""
-    on_cpu = any(t.device.type == "cpu" for t in model.parameters()) or not any(True for _ in model.parameters())
+    """Returns ``("cpu_threads", N)`` for a model with parameters on the CPU (or none at all), else nothing."""
+    params = list(model.parameters())
+    on_cpu = not params or any(t.device.type == "cpu" for t in params)
     return ("cpu_threads", torch.get_num_threads()) if on_cpu else ()
