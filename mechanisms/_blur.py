@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from mechanisms._pil_blur import div255_, pil_blend, pil_blur
+from mechanisms._pil_blur import pil_blend, pil_blur
 
 BACKENDS = ("auto", "pil", "torch")
 """``auto``: Pillow on the CPU, torch elsewhere; ``pil`` and ``torch`` force one (tests)."""
@@ -23,6 +23,14 @@ _BLUR_PASSES = 3
 _BLUR_CHUNK_VALUES = 1 << 20
 _BLUR_SLICE_MAX = 4
 _IDENTITY = (0, 1 << 24, 0)
+
+
+def div255_(values: torch.Tensor) -> torch.Tensor:
+    """Pillow's exact rounding of v / 255 for v in [0, 255^2], in place."""
+    values += 128
+    values += values >> 8
+    values >>= 8
+    return values
 
 
 def pil_box_radius(radius: float, passes: int = _BLUR_PASSES) -> np.float32:

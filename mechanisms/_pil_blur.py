@@ -32,14 +32,6 @@ CHUNK_VALUES = 1 << 20
 _BAND_MODES = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
 
 
-def div255_(values: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
-    """Pillow's exact rounding of v / 255 for v in [0, 255^2], in place (fits uint16 throughout)."""
-    values += 128
-    values += values >> 8
-    values >>= 8
-    return values
-
-
 def blur_planes(planes: np.ndarray, radius: float) -> np.ndarray:
     """Blurs every plane of uint8 [P, H, W] (C-contiguous) as Pillow's ``GaussianBlur(radius)`` does.
 
