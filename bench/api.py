@@ -161,6 +161,7 @@ def results_frame(rows: "pd.DataFrame") -> "pd.DataFrame":
         params = dict(row.get("params") or {})
         out["params"] = params
         out.update({f"param.{k}": v for k, v in params.items()})
+        out.update({f"runtime.{k}": v for k, v in dict(row.get("stage_seconds") or {}).items()})
         out.update({f"utility.{k}": v for k, v in dict(row.get("utility") or {}).items()})
         for attack, metrics in dict(row.get("attacks") or {}).items():
             out.update({f"attack.{attack}.{k}": v for k, v in dict(metrics).items()})

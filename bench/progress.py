@@ -14,6 +14,7 @@ that owns the terminal drains it (:meth:`Display.drain`).
 
 from __future__ import annotations
 
+import contextlib
 import queue as _queue
 import sys
 import threading
@@ -21,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
-__all__ = ["Display", "Emitter", "queue_sender"]
+__all__ = ["Display", "Emitter", "StageClock", "queue_sender"]
 
 Send = Callable[[tuple], None]
 
@@ -228,3 +229,31 @@ def duration(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+class StageClock:
+    """Wall-clock seconds of a cell's stages (``Result.stage_seconds``).
+
+    Example::
+
+        clock = StageClock()
+        with clock("release"):
+            ...
+        clock.seconds  # {"release": 1.25}
+
+    Args:
+        now: The clock read in seconds.
+    """
+
+    def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
+        self.now = now
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        """Times the block as ``stage`` (added to an earlier stage of that name), also when it raises."""
+        started = self.now()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + self.now() - started

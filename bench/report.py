@@ -88,6 +88,9 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
     if result.groups:
         lines += ["", format_groups(result.groups)]
     lines.append(f"runtime: {result.runtime_s:.1f} s on {result.device}   cell {result.cell_key}")
+    if result.stage_seconds:
+        stages = sorted(result.stage_seconds, key=_stage_order)
+        lines.append("  stages: " + ", ".join(f"{stage} {result.stage_seconds[stage]:.1f} s" for stage in stages))
     if run_id:
         lines.append(f"logged: MLflow run {run_id}" + (f" in {where}" if where else ""))
     lines.append("(* primary utility metric; privacy = 1 - retained attack advantage over chance)")
@@ -144,6 +147,12 @@ def _group_metric(row: dict | None, metric: str) -> list[str]:
 
 def _group_plain(row: dict | None, metric: str) -> str:
     return f"{row[metric]:.4f}" if row and row.get(metric) is not None else "–"
+
+
+def _stage_order(stage: str) -> tuple[int, str]:
+    """Data, release and task first, then the attacks by name."""
+    first = ("data", "release", "task")
+    return (first.index(stage), "") if stage in first else (len(first), stage)
 
 
 def format_groups(groups: dict, markdown: bool = False) -> str:

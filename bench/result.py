@@ -50,6 +50,12 @@ class Result:
             gap per attribute and the worst group's privacy (:func:`bench.groups.cell_groups`);
             empty where the data labels no demographic attribute.
         runtime_s: Wall-clock seconds.
+        stage_seconds: Wall-clock seconds of the cell's stages: ``data`` (reading
+            or generating the dataset), ``release`` (the mechanism over every split),
+            ``task`` (the utility evaluation, training its models included) and
+            ``attack.<name>`` for each adversary that ran (the first face adversary's includes
+            cropping the faces). Models and data a stage finds in
+            the cache make it short. None in results written before they were recorded.
         versions: Package versions.
         git_sha: Commit of the harness, or "unknown".
         dataset_fingerprint: Content hash of the data.
@@ -97,6 +103,7 @@ class Result:
     groups: dict[str, Any] = field(default_factory=dict)
     protocol: str = ""
     data_reads: list[dict[str, Any]] | None = None
+    stage_seconds: dict[str, float] | None = None
     schema: int = RESULT_SCHEMA
 
     @property

@@ -21,6 +21,7 @@ from bench.datasets.base import ImageSet, Splits, load_dataset, load_public, rec
 from bench.datasets.shards import configure_huggingface
 from bench.errors import BenchError
 from bench.facecrops import face_crop_view, has_face_table
+from bench.progress import StageClock
 from bench.provenance import cpu_thread_count, git_sha, versions
 from bench.groups import MIN_GROUP_SIZE, cell_groups
 from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
@@ -212,7 +213,9 @@ def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., An
     )
     dataset = dataset_registry.get(plan_.task.dataset)()
     log(f"{'generating' if dataset.synthetic else 'loading'} {plan_.task.dataset} (or reading it from the cache)")
-    clean = cell_data(plan_)
+    clock = StageClock()
+    with clock("data"):
+        clean = cell_data(plan_)
     chain = image_chain(clean, plan_.task)
     if chain["upscaled"]:
         print(f"bench: warning: {chain['upscaled']} {plan_.task.dataset} image(s) were upscaled to "
@@ -225,10 +228,12 @@ def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., An
     def public() -> ImageSet | None:
         return load_public(plan_.task.dataset, cfg.data_root, plan_.task.data_options(), cfg.cache)
 
-    release = make_release(clean, plan_.mechanism, ctx, public, boxes)
+    with clock("release"):
+        release = make_release(clean, plan_.mechanism, ctx, public, boxes)
     with curves.recording() as recorded:
         log(f"evaluating {cfg.task}")
-        utility = plan_.task.evaluate(clean, release, ctx)
+        with clock("task"):
+            utility = plan_.task.evaluate(clean, release, ctx)
         outcomes: dict[str, AttackOutcome] = {}
         crops: tuple[Splits, Release] | None = None
         skipped = skipped_face_attacks(clean, type(plan_.task), plan_.attacks)
@@ -236,13 +241,14 @@ def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., An
             if name in skipped:
                 continue
             log(f"attacking with {name}")
-            if name in face_crop_attacks(type(plan_.task)):
-                if crops is None:
-                    log(f"cropping the faces of {plan_.task.dataset} for the face adversaries")
-                    crops = face_crop_view(clean, release, cfg.seed)
-                outcomes[name] = attack.run(*crops, ctx)
-            else:
-                outcomes[name] = attack.run(clean, release, ctx)
+            with clock(f"attack.{name}"):
+                if name in face_crop_attacks(type(plan_.task)):
+                    if crops is None:
+                        log(f"cropping the faces of {plan_.task.dataset} for the face adversaries")
+                        crops = face_crop_view(clean, release, cfg.seed)
+                    outcomes[name] = attack.run(*crops, ctx)
+                else:
+                    outcomes[name] = attack.run(clean, release, ctx)
     groups = result_groups(ctx, outcomes, type(plan_.task).primary)
     privacy = {name: o.privacy() for name, o in outcomes.items()}
     flags = attack_flags(outcomes)
@@ -261,7 +267,7 @@ def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., An
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         release_metrics=dict(release.metrics), images=chain,
         training_claim=training_claim.to_dict() if training_claim else None, groups=groups,
-        skipped_attacks=skipped, protocol=plan_.protocol,
+        skipped_attacks=skipped, protocol=plan_.protocol, stage_seconds=clock.seconds,
     )
     return CellOutput(result, clean, release, recorded, ctx.tables)
 

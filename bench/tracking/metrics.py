@@ -33,6 +33,7 @@ def result_metrics(result: Result) -> dict[str, float]:
     if result.privacy_score is not None:
         metrics["privacy_score"] = result.privacy_score
     metrics["runtime_s"] = result.runtime_s
+    metrics.update(flatten("runtime.", result.stage_seconds or {}))
     return {k: float(v) for k, v in metrics.items() if is_number(v)}
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
+from bench.tracking import Tracker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,6 +52,12 @@ def test_run_prints_utility_attack_and_where_it_was_logged(capsys, tmp_path, sha
     assert data["mechanism"] == "dp_pix" and data["params"] == {"epsilon": 3.0, "block": 4, "m": 1}
     assert data["claim"]["unit"] == "m-pixel (m=1)"
     assert 0.0 <= data["privacy_score"] <= 1.0
+    stages = data["stage_seconds"]
+    assert set(stages) == {"data", "release", "task", "attack.face_reid", "attack.face_reid_adapted", "attack.denoise"}
+    assert all(s >= 0 for s in stages.values()) and sum(stages.values()) <= data["runtime_s"]
+    assert "  stages: data " in out and ", task " in out and ", attack.denoise " in out
+    logged = Tracker(results, create=False).client.get_run(run_id).data.metrics
+    assert logged["runtime.task"] == pytest.approx(stages["task"])
 
 
 def test_same_command_twice_gives_identical_metrics(capsys, tmp_path):

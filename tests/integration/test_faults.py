@@ -36,11 +36,16 @@ def bench_run(results: Path, cache: Path, *extra: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def _is_timing(metric: str) -> bool:
+    """Wall-clock seconds (``runtime_s``, ``runtime.<stage>``): the only numbers two runs of a cell may differ in."""
+    return metric == "runtime_s" or metric.startswith("runtime.")
+
+
 def metrics(results: Path) -> dict[str, float]:
     tracker = Tracker(results, create=False)
     runs = tracker.client.search_runs([tracker.experiment_id], filter_string="attributes.status = 'FINISHED'")
     assert len(runs) == 1, f"{len(runs)} FINISHED runs"
-    return {k: v for k, v in runs[0].data.metrics.items() if k != "runtime_s"}
+    return {k: v for k, v in runs[0].data.metrics.items() if not _is_timing(k)}
 
 
 def statuses(results: Path) -> list[str]:
@@ -102,7 +107,7 @@ def test_a_second_run_reports_the_finished_cell_and_force_supersedes_it(tmp_path
 
 def metrics_of_current(tracker: Tracker) -> dict[str, float]:
     (run_id,) = tracker.finished_runs(tracker.client.search_runs([tracker.experiment_id])[0].data.tags["bench.cell_key"])
-    return {k: v for k, v in tracker.client.get_run(run_id).data.metrics.items() if k != "runtime_s"}
+    return {k: v for k, v in tracker.client.get_run(run_id).data.metrics.items() if not _is_timing(k)}
 
 
 def spawn(results: Path, cache: Path, prelude: str = "") -> subprocess.Popen:

@@ -6,7 +6,9 @@ import io
 import multiprocessing
 import time
 
-from bench.progress import Display, Emitter, duration, queue_sender
+import pytest
+
+from bench.progress import Display, Emitter, StageClock, duration, queue_sender
 
 
 def _cell(emitter: Emitter) -> None:
@@ -65,3 +67,15 @@ def test_events_from_a_worker_process_reach_the_display():
 
 def test_duration():
     assert duration(5) == "0m05s" and duration(3725) == "1h02m05s" and duration(-1) == "0m00s"
+
+
+def test_stage_clock_times_each_stage_and_adds_a_repeated_one():
+    ticks = iter([10.0, 12.5, 20.0, 21.0, 30.0, 30.5])
+    clock = StageClock(now=lambda: next(ticks))
+    with clock("data"):
+        pass
+    with clock("task"):
+        pass
+    with pytest.raises(RuntimeError), clock("task"):  # a failing stage still counts its time
+        raise RuntimeError
+    assert clock.seconds == {"data": 2.5, "task": 1.5}
