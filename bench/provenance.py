@@ -26,14 +26,18 @@ def versions() -> dict[str, str]:
     return out
 
 
-def cpu_thread_count(device: torch.device) -> dict[str, str]:
-    """Returns ``{"cpu_threads": N, "cpu": model}`` for a CPU cell, else nothing.
+def hardware(device: torch.device) -> dict[str, str]:
+    """Returns ``{"cpu_threads": N, "cpu": model}`` for a CPU cell, ``{"gpu": name}`` for a CUDA one.
 
     torch's intra-op threads split float sums, so a cell computed on 1 thread (a grid
     worker's share of 2 cores) and on 2 differs slightly; so does one computed on another
-    CPU model, whose kernels round differently (AVX-512 against AVX2).
+    CPU model, whose kernels round differently (AVX-512 against AVX2), or on another GPU.
     """
-    return {"cpu_threads": str(torch.get_num_threads()), "cpu": cpu_model()} if device.type == "cpu" else {}
+    if device.type == "cpu":
+        return {"cpu_threads": str(torch.get_num_threads()), "cpu": cpu_model()}
+    if device.type == "cuda":
+        return {"gpu": torch.cuda.get_device_name(device)}
+    return {}
 
 
 @lru_cache(maxsize=1)

@@ -22,7 +22,7 @@ from bench.datasets.shards import configure_huggingface
 from bench.errors import BenchError
 from bench.facecrops import face_crop_view, has_face_table
 from bench.progress import StageClock
-from bench.provenance import cpu_thread_count, git_sha, versions
+from bench.provenance import git_sha, hardware, versions
 from bench.groups import MIN_GROUP_SIZE, cell_groups
 from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
 from bench.registry import attacks as attack_registry
@@ -261,7 +261,7 @@ def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., An
         privacy_score=scores.worst(privacy.values()), privacy_flags=flags, eval_split=cfg.split,
         claim=release.claim.to_dict() if release.claim else None,
         runtime_s=time.perf_counter() - started, versions={**versions(), "kernels": release.kernels,
-                                                           **cpu_thread_count(plan_.device)},
+                                                           **hardware(plan_.device)},
         git_sha=git_sha(),
         dataset_fingerprint=clean.fingerprint, synthetic=clean.synthetic, device=str(plan_.device),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

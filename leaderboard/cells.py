@@ -18,6 +18,7 @@ __all__ = [
     "average_reruns",
     "cells_frame",
     "claim_label",
+    "hardware_label",
     "most_common",
     "params_label",
     "training_claim_label",
@@ -58,6 +59,7 @@ CELL_COLUMNS = [
     "groups",
     "worst_group_privacy",
     "worst_group",
+    "hardware",
 ]
 
 
@@ -174,6 +176,21 @@ def data_fingerprint(row: pd.Series | dict[str, Any]) -> str:
     return "+".join([own, *others])
 
 
+def hardware_label(row: pd.Series | dict[str, Any]) -> str:
+    """Names what computed a cell: ``<CPU model>, <n> threads``, a GPU's name, or the device alone.
+
+    Read from ``Result.versions`` (``cpu`` and ``cpu_threads``, ``gpu``); results written
+    before those were recorded say "model not recorded".
+    """
+    versions = _mapping(row.get("versions")) or {}
+    device = _text(row.get("device"), "cpu").split(":")[0]
+    if device == "cpu":
+        threads = _text(versions.get("cpu_threads"))
+        model = _text(versions.get("cpu"), "cpu (model not recorded)")
+        return f"{model}, {threads} thread{'' if threads == '1' else 's'}" if threads else model
+    return _text(versions.get("gpu"), f"{device} (model not recorded)")
+
+
 def _board(row: pd.Series) -> BoardKey:
     attacks = _mapping(row.get("attacks")) or {}
     overrides = board_overrides(_text(row.get("task")), _mapping(row.get("overrides")) or {})
@@ -202,8 +219,9 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
         says why (``attack too weak`` or ``no adversary``); ``board`` is the id of the
         cell's :class:`~leaderboard.protocol.BoardKey` (``board_key``); ``groups`` is
         ``Result.groups`` (``{}`` without demographic results), ``worst_group_privacy``
-        its worst group's privacy (NaN without one) and ``worst_group`` that group
-        (``attribute=value``, "" without one).
+        its worst group's privacy (NaN without one), ``worst_group`` that group
+        (``attribute=value``, "" without one) and ``hardware`` what computed it
+        (:func:`hardware_label`).
 
     Raises:
         ValueError: Rows are given without a ``task`` or ``mechanism`` column.
@@ -237,6 +255,7 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
             "training_claim": training, "source": _text(row.get("source"), "local"),
             "run_id": _text(row.get("run_id")), "cell_key": _text(row.get("cell_key")),
             "groups": groups, "worst_group_privacy": worst_privacy, "worst_group": worst_group,
+            "hardware": hardware_label(row),
         })
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
 
@@ -260,7 +279,8 @@ def average_reruns(cells: pd.DataFrame, by: tuple[str, ...] = ("board", "cell_ke
     privacy is the mean of the defined scores; a cell whose every run is flagged stays
     flagged, and one flagged in some runs says so in ``flag_detail``. The worst group's
     privacy is likewise the mean of the defined ones, ``worst_group`` the group most
-    often worst, and ``groups`` the first run's tables that are not empty.
+    often worst, ``groups`` the first run's tables that are not empty, and ``hardware``
+    every distinct :func:`hardware_label` of the runs, joined with "; ".
 
     Args:
         cells: Rows of :func:`cells_frame`.
@@ -286,6 +306,8 @@ def average_reruns(cells: pd.DataFrame, by: tuple[str, ...] = ("board", "cell_ke
             "run_id": ", ".join(dict.fromkeys(r for r in group["run_id"] if r)),
             "runs": runs,
         })
+        if "hardware" in group:
+            first["hardware"] = "; ".join(sorted(set(group["hardware"])))
         if "worst_group_privacy" in group:
             worst = group["worst_group_privacy"].dropna()
             first["worst_group_privacy"] = float(worst.mean()) if len(worst) else math.nan

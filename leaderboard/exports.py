@@ -15,7 +15,7 @@ import pandas as pd
 
 from leaderboard.boards import Leaderboard
 from leaderboard.protocol import K_MAX, MIN_SEEDS
-from leaderboard.table import exploration_table, leaderboard_table, privacy_text, rank_label
+from leaderboard.table import exploration_table, hardware_note, leaderboard_table, privacy_text, rank_label
 
 __all__ = [
     "csv_safe",
@@ -117,8 +117,11 @@ def render_markdown(leaderboard: Leaderboard) -> str:
         key = board.key
         rows = table[table["board"] == key.id]
         lines += [f"## {markdown_escape(key.benchmark)} · profile {markdown_escape(key.profile)} · "
-                  f"{markdown_escape(key.data_label)}", "", f"Settings: {markdown_escape(rows['settings'].iloc[0])}", "",
-                  _MD_HEADER, "|" + "---|" * 12]
+                  f"{markdown_escape(key.data_label)}", "",
+                  f"Settings: {markdown_escape(rows['settings'].iloc[0])}", ""]
+        if hardware_note(board):
+            lines += [markdown_escape(hardware_note(board)), ""]
+        lines += [_MD_HEADER, "|" + "---|" * 12]
         for standing, r in zip(board.standings, rows.itertuples(index=False)):
             lines.append("| " + " | ".join([
                 markdown_escape(rank_label(standing)), markdown_escape(r.entry), markdown_escape(r.mechanism),
@@ -165,6 +168,8 @@ def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
                 terminal_safe(s.status, 48),
             ])
         head = terminal_safe(board.key.label)
+        if hardware_note(board):
+            head += "\n" + terminal_safe(hardware_note(board))
         ties = [f"  tied: {terminal_safe(s.name, width)} is not separated from "
                 f"{', '.join(terminal_safe(n, width) for n in s.tied_with)}" for s in board.standings if s.tied_with]
         blocks.append("\n".join([head, *_columns(headers, rows, {3, 5, 6, 7, 8}), *ties]))

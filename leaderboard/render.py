@@ -28,7 +28,9 @@ from leaderboard.exports import PROTOCOL_LINE, fmt, interval_text, render_markdo
 from leaderboard.groups_view import mechanism_groups
 from leaderboard.plot import frontier_plot
 from leaderboard.protocol import settings_label
-from leaderboard.table import exploration_table, leaderboard_table, privacy_text, rank_label, worst_group
+from leaderboard.table import (
+    exploration_table, hardware_note, leaderboard_table, privacy_text, rank_label, worst_group,
+)
 
 __all__ = ["board_file_name", "build_site", "script_json", "slug"]
 
@@ -177,6 +179,7 @@ def _board_cell_rows(board: Board) -> list[dict[str, Any]]:
         "utility": fmt(c.utility, 4), "utility_sort": _sort_value(c.utility),
         "privacy": privacy_text(c.privacy, c.flag), "privacy_sort": _sort_value(c.privacy), "flagged": bool(c.flag),
         "detail": c.flag_detail, "claim": c.claim_label, "runs": int(c.runs), "source": c.source, "run_id": c.run_id,
+        "hardware": getattr(c, "hardware", ""),
     } for c in cells.itertuples(index=False)]
 
 
@@ -253,6 +256,7 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
         write(f"boards/{stem}.html", "board.html", "../", name=board.key.benchmark, identity=_identity(board),
               plot=f"../plots/{stem}.svg", plot_png=f"../plots/{stem}.png", plot_data=f"../plots/{stem}.json",
               plot_mark=plot["mark"], plot_note=plot["note"], rows=rows, cells=_board_cell_rows(board),
+              hardware_note=hardware_note(board),
               claim_types=sorted({r["claim_type"] for r in rows}),
               data={"board": _identity(board), "rows": table[table["board"] == board.key.id].to_dict(orient="records")})
         top = [{**row, "href": row["href"].removeprefix("../")} for row in _standing_rows(board, mech_names, "")

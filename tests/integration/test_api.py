@@ -7,7 +7,7 @@ import torch
 
 import bench
 from bench.errors import BenchError
-from bench.provenance import cpu_model
+from bench.provenance import cpu_model, hardware
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +114,12 @@ def test_mlflow_carries_task_and_attack_settings_as_params(ran):
     # The CPU cell's intra-op threads and CPU model, which its float sums depend on.
     assert run.data.tags["bench.version.cpu_threads"] == result.versions["cpu_threads"] == str(torch.get_num_threads())
     assert run.data.tags["bench.version.cpu"] == result.versions["cpu"] == cpu_model() != "unknown"
+
+
+def test_a_cuda_cell_records_its_gpu_and_no_cpu_facts(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    assert hardware(torch.device("cuda", 0)) == {"gpu": "NVIDIA H100 80GB HBM3"}
+    assert set(hardware(torch.device("cpu"))) == {"cpu", "cpu_threads"}
 
 
 def test_a_copied_results_directory_reads_its_own_artifacts_after_relocate(ran, tmp_path, capsys):

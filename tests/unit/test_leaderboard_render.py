@@ -381,3 +381,34 @@ def test_exploration_cells_show_their_groups_on_the_mechanism_page(tmp_path):
     assert "exploration cells (on no board)" in section and 'href="../exploration.html"' in section
     assert "fewshot_synth_faces · smoke · synthetic data · test split" in section
     assert "0.5700 ± 0.0140" in section
+
+
+def test_a_board_names_the_hardware_of_its_cells_and_says_when_it_mixes_kinds(tmp_path):
+    """Another CPU model, thread count or GPU rounds differently: each cell says what computed it."""
+    intel = {"device": "cpu", "versions": {"cpu": "Intel Xeon", "cpu_threads": "2"}}
+    amd = {"device": "cpu", "versions": {"cpu": "AMD EPYC", "cpu_threads": "1"}}
+    gpu = {"device": "cuda:0", "versions": {"gpu": "NVIDIA H100"}}
+    same_rows, same = entry("bench_a", "dp_pix")
+    for r in same_rows:
+        r.update(intel)
+    mixed_rows, mixed = entry("bench_a", "blur", -0.2)
+    for i, r in enumerate(mixed_rows):
+        r.update((intel, amd, gpu)[i % 3])
+    assert cells_frame(pd.DataFrame([{**mixed_rows[0], "versions": {}}]))["hardware"][0] == "cpu (model not recorded)"
+
+    alone = board_of((same_rows, same))
+    assert set(leaderboard_table(alone)["hardware"]) == {"Intel Xeon, 2 threads"}
+    assert "kinds of hardware" not in render_markdown(alone) + render_terminal(alone)
+
+    both = board_of((same_rows, same), (mixed_rows, mixed))
+    table = leaderboard_table(both).set_index("entry")
+    assert table.loc["dp_pix", "hardware"] == "Intel Xeon, 2 threads"
+    assert table.loc["blur", "hardware"] == "AMD EPYC, 1 thread; Intel Xeon, 2 threads; NVIDIA H100"
+    note = "Cells computed on 3 kinds of hardware (AMD EPYC, 1 thread; Intel Xeon, 2 threads; NVIDIA H100)"
+    assert note in render_markdown(both) and note in render_terminal(both)
+    rerun = {**same_rows[0], **gpu, "run_id": "run-again"}  # the same cell again, on a GPU: averaged, both named
+    cells = board_of((same_rows + [rerun], same)).boards[0].cells
+    assert cells.loc[cells["runs"] == 2, "hardware"].tolist() == ["Intel Xeon, 2 threads; NVIDIA H100"]
+    index = build_site(both, tmp_path / "site")
+    board_page = next((index.parent / "boards").glob("*.html")).read_text()
+    assert note in board_page and "<td class=\"hardware\">NVIDIA H100</td>" in board_page
