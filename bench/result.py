@@ -54,8 +54,8 @@ class Result:
             or generating the dataset), ``release`` (the mechanism over every split),
             ``task`` (the utility evaluation, training its models included) and
             ``attack.<name>`` for each adversary that ran (the first face adversary's includes
-            cropping the faces). Models and data a stage finds in
-            the cache make it short. None in results written before they were recorded.
+            cropping the faces). Models and data a stage finds in the cache make it short.
+            None in results written before they were recorded.
         versions: Package versions.
         git_sha: Commit of the harness, or "unknown".
         dataset_fingerprint: Content hash of the data.
