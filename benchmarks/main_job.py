@@ -35,6 +35,8 @@ ADAPTIVE = ("attack.face_reid_adapted", "attack.denoise")
 """Stages of the adversaries that adapt to the mechanism (they train on its outputs)."""
 BUDGET_S = 60.0
 STAGES = ("data", "release", "task")
+NOT_INHERITED = ("MLFLOW_TRACKING_URI", "BENCH_RESULTS", "BENCH_CACHE")
+"""Settings that would send the cold run's results or caches somewhere warm."""
 
 
 def run_cold(code: Path, profile: str, scratch: Path) -> dict:
@@ -46,13 +48,16 @@ def run_cold(code: Path, profile: str, scratch: Path) -> dict:
         profile: The profile to run.
         scratch: An empty folder for the results, the caches and the compile cache.
     """
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"), "MLFLOW_DISABLE_TELEMETRY": "true",
-           "MPLCONFIGDIR": str(scratch / "matplotlib"), "PYTHONPATH": str(code)}
+    inherited = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
+    env = {**inherited, "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"), "MLFLOW_DISABLE_TELEMETRY": "true",
+           "MPLCONFIGDIR": str(scratch / "matplotlib"),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)}
     results = scratch / "results"
     out = subprocess.run([sys.executable, "-m", "bench", "run", *MAIN_JOB, "--profile", profile,
                           "--results-dir", str(results)], cwd=code, env=env, capture_output=True, text=True)
     if out.returncode != 0:
-        raise SystemExit(f"main job failed with {code}: {out.stderr.strip().splitlines()[-1:]}")
+        last = (out.stderr.strip().splitlines() or ["no error output"])[-1]
+        raise SystemExit(f"main job failed with the code in {code}: {last}")
     key = next(line.split("cell")[-1].strip() for line in out.stdout.splitlines() if line.startswith("runtime:"))
     shown = subprocess.run([sys.executable, "-m", "bench", "show", key, "--json", "--results-dir", str(results)],
                            cwd=code, env=env, capture_output=True, text=True, check=True)
