@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Callable
 
 import pytest
 
@@ -39,3 +43,22 @@ def results_dir(tmp_path: Path) -> Path:
 def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cache directory shared by the whole session (generated datasets, trained models)."""
     return tmp_path_factory.mktemp("cache")
+
+
+def load_benchmark(stem: str) -> ModuleType:
+    """Imports ``benchmarks/<stem>.py`` by path, once, under the name benchmarks/peers.py gives it.
+
+    benchmarks/ is no package (and opacus installs one named ``benchmarks``).
+    """
+    name = f"_privbench_benchmarks_{stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{stem}.py")
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture
+def benchmark_script() -> Callable[[str], ModuleType]:
+    """:func:`load_benchmark`, for tests that load a benchmark script."""
+    return load_benchmark

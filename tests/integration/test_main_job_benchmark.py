@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load():
-    # benchmarks/ is no package (opacus installs one named ``benchmarks``): load the script by path.
-    spec = importlib.util.spec_from_file_location("_privbench_main_job", ROOT / "benchmarks" / "main_job.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_a_cold_run_reports_every_stage_and_the_budget_counts_the_adaptive_adversaries(tmp_path):
-    main_job = _load()
+def test_a_cold_run_reports_every_stage_and_the_budget_counts_the_adaptive_adversaries(tmp_path, benchmark_script):
+    main_job = benchmark_script("main_job")
     result = main_job.run_cold(ROOT, "smoke", tmp_path / "run")
     stages = result["stage_seconds"]
     assert {"data", "release", "task", *main_job.ADAPTIVE} <= set(stages)

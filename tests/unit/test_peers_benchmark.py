@@ -5,36 +5,22 @@ Checks on a few tiny images what the benchmark's agreement section claims; no ti
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import load_benchmark  # tests/conftest.py: benchmarks/ is loaded by path
 
 from bench.registry import mechanisms
 from bench.streams import Streams
 from bench.testing.mechanisms import synthetic_boxes
 from mechanisms._dp import dp_pix_scale
 
-ROOT = Path(__file__).resolve().parents[2]
 DP = {"epsilon": 3.0, "block": 4, "m": 1}
 
 
-def _load(stem: str):
-    # benchmarks/ is no package (and opacus installs one named ``benchmarks``): load by path,
-    # under the name benchmarks/peers.py gives it.
-    name = f"_privbench_benchmarks_{stem}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{stem}.py")
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-impls = _load("_peer_impls")
+impls = load_benchmark("_peer_impls")
 
 
 def batch(n: int, h: int, w: int) -> tuple[torch.Tensor, np.ndarray]:
@@ -167,7 +153,7 @@ def test_cv2_face_overlay_equals_privbench():
 def test_a_timed_peer_holds_every_output_until_its_run_ends(keep):
     # Released images are all written to memory, as PrivBench's batch is: a peer that drops
     # each output before the next one writes into the same cached block every time.
-    peers, alive, most = _load("peers"), [0], [0]
+    peers, alive, most = load_benchmark("peers"), [0], [0]
 
     class Output:
         def __init__(self):
