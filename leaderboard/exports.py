@@ -119,8 +119,9 @@ def render_markdown(leaderboard: Leaderboard) -> str:
         lines += [f"## {markdown_escape(key.benchmark)} · profile {markdown_escape(key.profile)} · "
                   f"{markdown_escape(key.data_label)}", "",
                   f"Settings: {markdown_escape(rows['settings'].iloc[0])}", ""]
-        if hardware_note(board):
-            lines += [markdown_escape(hardware_note(board)), ""]
+        note = hardware_note(board)
+        if note:
+            lines += [markdown_escape(note), ""]
         lines += [_MD_HEADER, "|" + "---|" * 12]
         for standing, r in zip(board.standings, rows.itertuples(index=False)):
             lines.append("| " + " | ".join([
@@ -167,9 +168,9 @@ def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
                 f"{len(s.complete_seeds)}/{len(s.declared_seeds)}", str(s.configurations), str(s.flagged),
                 terminal_safe(s.status, 48),
             ])
-        head = terminal_safe(board.key.label)
-        if hardware_note(board):
-            head += "\n" + terminal_safe(hardware_note(board))
+        head, note = terminal_safe(board.key.label), hardware_note(board)
+        if note:
+            head += "\n" + terminal_safe(note)
         ties = [f"  tied: {terminal_safe(s.name, width)} is not separated from "
                 f"{', '.join(terminal_safe(n, width) for n in s.tied_with)}" for s in board.standings if s.tied_with]
         blocks.append("\n".join([head, *_columns(headers, rows, {3, 5, 6, 7, 8}), *ties]))
