@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from bench import precision
 from bench.errors import BenchError
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ def run(
     settings: Mapping[str, Any] | None = None,
     attacks: Sequence[str] | None = None,
     device: str = "auto",
+    precision: str = "fp32",
     data_root: PathLike | None = None,
     results_dir: PathLike = "results",
     cache_dir: PathLike | None = None,
@@ -64,6 +66,7 @@ def run(
             (``{"task": {"epochs": 3}, "face_reid": {"epochs": 2}}``).
         attacks: Adversaries (None: the benchmark's own; ``[]``: none).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        precision: ``fp32``, or ``bf16`` mixed precision for the task's networks (:mod:`bench.precision`).
         data_root: Root of real datasets (default ``$BENCH_DATA``).
         results_dir: MLflow database and artifacts.
         cache_dir: Releases and trained models (default ``results_dir/cache``).
@@ -88,6 +91,7 @@ def run(
         task=task, mechanism=mechanism, params=dict(params or {}), seed=seed, profile=profile, device=device,
         data_root=root, results_dir=Path(results_dir), cache_dir=Path(cache_dir) if cache_dir is not None else None,
         attacks=None if attacks is None else tuple(attacks), overrides=sections(settings), tracking_uri=tracking_uri,
+        precision=precision,
     )
     planned = plan(config)
     tracker = Tracker(config.results_dir, tracking_uri)
@@ -121,8 +125,9 @@ def results(source: PathLike | str = "results", **filters: Any) -> "pd.DataFrame
     ``param.<name>`` column each, ``utility.<metric>``, ``attack.<attack>.<metric>``,
     ``privacy.<attack>``, ``privacy_score``, ``claim.*`` and ``training_claim.*``
     (epsilon, delta, unit, backed, method), ``privacy_flags``, ``skipped_attacks`` (adversary
-    -> why it did not run, as JSON), ``runtime_s``, ``device``,
-    ``git_sha``, ``created`` and ``settings`` (the ``--set`` overrides as JSON).
+    -> why it did not run, as JSON), ``runtime_s`` and ``runtime.<stage>``, ``device``,
+    ``precision`` (fp32 or bf16), ``git_sha``, ``created`` and ``settings`` (the ``--set``
+    overrides as JSON).
     Superseded runs and results of an older schema are left out.
 
     Args:
@@ -161,6 +166,7 @@ def results_frame(rows: "pd.DataFrame") -> "pd.DataFrame":
         params = dict(row.get("params") or {})
         out["params"] = params
         out.update({f"param.{k}": v for k, v in params.items()})
+        out["precision"] = precision.recorded(row.get("versions"))
         out.update({f"runtime.{k}": v for k, v in dict(row.get("stage_seconds") or {}).items()})
         out.update({f"utility.{k}": v for k, v in dict(row.get("utility") or {}).items()})
         for attack, metrics in dict(row.get("attacks") or {}).items():

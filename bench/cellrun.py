@@ -82,7 +82,7 @@ def execute(
             print(f"bench: warning: {label}: {changed}; computing the cell again (run {existing[0]} is "
                   "superseded)", file=sys.stderr, flush=True)
         identity = {"task": cfg.task, "mechanism": cfg.mechanism, "params": dict(planned.mechanism.config),
-                    "seed": cfg.seed, "profile": cfg.profile}
+                    "seed": cfg.seed, "profile": cfg.profile, "precision": cfg.precision}
         run_id = tracker.start_cell(key, identity, lock)
         try:
             fit_torch_threads()  # no more intra-op threads than CPUs this process may use

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a grid's cells run and log (shared by every cell).
+    """Where and how a grid's cells run and log (shared by every cell).
 
     Attributes:
         results_dir: MLflow's default database and artifacts.
@@ -51,6 +51,7 @@ class Placement:
         tracking_uri: MLflow tracking URI overriding the default.
         data_root: Root of real datasets.
         device: auto, cpu, cuda or cuda:N.
+        precision: fp32 or bf16 (:mod:`bench.precision`; part of every cell's key).
     """
 
     results_dir: Path
@@ -58,6 +59,7 @@ class Placement:
     tracking_uri: str | None = None
     data_root: Path | None = None
     device: str = "auto"
+    precision: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def expand(suite: Suite, placement: Placement) -> list[Cell]:
                         task=benchmark, mechanism=spec.name, params=params, seed=seed, profile=suite.profile,
                         device=placement.device, data_root=placement.data_root, results_dir=placement.results_dir,
                         cache_dir=placement.cache_dir, attacks=suite.attacks, overrides=overrides,
-                        tracking_uri=placement.tracking_uri,
+                        tracking_uri=placement.tracking_uri, precision=placement.precision,
                     )
                     try:
                         planned = plan(config)

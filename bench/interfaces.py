@@ -220,7 +220,6 @@ class _Configurable(abc.ABC):
     """Bump whenever the numbers it computes change (a model, a metric), or name the versions
     it builds on in a tuple: part of every cell and board key (:func:`bench.cells.code_versions`),
     so a result of older code is neither returned for nor ranked beside a new one."""
-
     def __init__(self, profile: str = "quick", overrides: Mapping[str, Any] | None = None):
         self.profile = profile
         self.overrides = dict(overrides or {})
@@ -271,6 +270,9 @@ class Task(_Configurable):
     """Settings (dotted prefixes) that define a board *entry* rather than the board: a
     training method (``training``) makes ``identity + DP-SGD(flat, ε=3)`` and
     ``identity + DP-SGD(per_layer, ε=3)`` two rows of one board."""
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    """The precisions its networks can train and run at (:mod:`bench.precision`): add ``bf16``
+    once each of them runs under :func:`bench.precision.autocast` with float32 outputs."""
 
     def settings(self) -> dict[str, Any]:
         """Returns the preset updated by the benchmark's fixed settings, then by the overrides.

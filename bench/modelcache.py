@@ -9,7 +9,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from bench import curves
+from bench import curves, precision
 from bench.cache import Cache
 from bench.cells import content_key
 
@@ -32,6 +32,7 @@ def cached_model(
         key_parts: Everything the trained weights depend on (data key, config, seed). A model
             trained on the CPU is keyed by torch's thread count too: threads split float sums,
             so a model trained on 1 thread (a grid worker's share) differs from one trained on 2.
+            The precision in force (:func:`bench.precision.key_parts`) is added as well.
         build: Makes the untrained model.
         train: Trains the model in place and returns facts to keep with it (numbers and
             strings only; ``curve``: name -> one value per epoch, see :mod:`bench.curves`).
@@ -43,7 +44,7 @@ def cached_model(
         (without the curves).
     """
     model = build()
-    key = content_key(*key_parts, *_cpu_threads(model))
+    key = content_key(*key_parts, *_cpu_threads(model), *precision.key_parts())
 
     def make() -> dict[str, Any]:
         started = time.perf_counter()

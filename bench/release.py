@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from bench import kernels, rng
+from bench import kernels, precision, rng
 from bench.cache import Cache
 from bench.cells import content_key
 from bench.datasets.base import ImageSet, Splits, content_digest
@@ -73,7 +73,8 @@ def make_release(
             data, withheld = splits["train"], ("train",)
             ctx.log(f"{splits.dataset} has no public data: {type(mechanism).name} fits on train")
         fitted_on = content_digest({"images": data.images, "withheld": list(withheld)})
-        mechanism.fit(data, ctx)
+        with precision.exact():
+            mechanism.fit(data, ctx)
     key = release_key(splits, mechanism, ctx.seed, boxes, fitted_on)
 
     def fill(folder: Path) -> None:
@@ -154,6 +155,12 @@ def apply_to_split(
         CPU uint8 released images (None with a sink), and the detector's recall against the
         dataset's boxes (None when no detection ran or the dataset has no boxes).
     """
+    with precision.exact():
+        return _apply(mechanism, split, ctx, purpose, batch, detect, path, sink)
+
+
+def _apply(mechanism: Mechanism, split: ImageSet, ctx: RunContext, purpose: str, batch: int, detect: bool,
+           path: str | None, sink: SplitWriter | None) -> tuple[torch.Tensor | None, float | None]:
     boxes, recall = split.boxes, None
     if type(mechanism).uses_boxes and (boxes is None or detect):
         from bench.faces import detect_boxes, detector_recall

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bench import precision
 from bench.interfaces import Result
 
 
@@ -41,8 +42,11 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
     """Returns a small table of a result: utility, attacks, privacy, claim and where it was logged."""
     params = ", ".join(f"{k}={v}" for k, v in result.params.items()) or "-"
     data = "synthetic" if result.synthetic else "real"
+    mixed = precision.recorded(result.versions)
+    mixed = "" if mixed == precision.DEFAULT else f"  |  {mixed} mixed precision"
     lines = [
-        f"{result.task}  |  {result.mechanism}({params})  |  seed {result.seed}  |  profile {result.profile}  |  {data} data",
+        f"{result.task}  |  {result.mechanism}({params})  |  seed {result.seed}  |  profile {result.profile}  |  {data} data"
+        + mixed,
         "",
         f"{'metric':<34}{'value':>10}",
         "-" * 44,

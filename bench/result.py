@@ -56,7 +56,9 @@ class Result:
             ``attack.<name>`` for each adversary that ran (the first face adversary's includes
             cropping the faces). Models and data a stage finds in the cache make it short.
             None in results written before they were recorded.
-        versions: Package versions.
+        versions: Package versions, the hardware (``cpu`` and ``cpu_threads``, or ``gpu``), the
+            kernels' path and ``precision`` (``fp32``, or ``bf16`` mixed precision; absent in
+            results written before it was recorded, which are fp32).
         git_sha: Commit of the harness, or "unknown".
         dataset_fingerprint: Content hash of the data.
         synthetic: Whether the data is a synthetic stand-in.

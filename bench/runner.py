@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from bench import curves, scores
+from bench import curves, precision, scores
 from bench.cells import cell_key, protocol_key
 from bench.config import PROFILES, did_you_mean
 from bench.datasets.base import ImageSet, Splits, load_dataset, load_public, recording_reads
@@ -58,6 +58,8 @@ class RunConfig:
             (part of the cell key: a validation cell is never a test cell).
         verify_data: Fingerprint real datasets by their files' bytes (slower) rather than
             by size and modification time.
+        precision: ``fp32``, or ``bf16`` mixed precision for the task's networks
+            (:mod:`bench.precision`; part of the cell key). Adversaries always run in fp32.
     """
 
     task: str
@@ -74,6 +76,7 @@ class RunConfig:
     tracking_uri: str | None = None
     split: str = "test"
     verify_data: bool = False
+    precision: str = precision.DEFAULT
 
     @property
     def cache(self) -> Path:
@@ -143,6 +146,8 @@ def plan(config: RunConfig) -> Plan:
     attacks = {name: attack_registry.get(name)(config.profile, declared.settings_of(name, config.overrides.get(name))
                                                if declared is not None else config.overrides.get(name))
                for name in attack_names}
+    device = resolve_device(config.device)
+    precision.check(config.precision, device, task.owner, task_cls.precisions)
     if config.split == "val":
         unable = [f"task {config.task!r}"] if not task_cls.validation else []
         unable += [f"attack {name!r}" for name, a in attacks.items() if not type(a).validation]
@@ -165,11 +170,13 @@ def plan(config: RunConfig) -> Plan:
                                "protocol": protocol_key(task, attacks)}
     if config.split != "test":
         options["split"] = config.split
+    if config.precision != precision.DEFAULT:
+        options["precision"] = config.precision
     key = cell_key(
         config.task, config.mechanism, type(mechanism).version, mechanism.config, config.seed, config.profile, options,
     )
     board_protocol = protocol_key(task, attacks, leave_out=task_cls.entry_settings)
-    return Plan(config, task, mechanism, attacks, key, resolve_device(config.device), board_protocol)
+    return Plan(config, task, mechanism, attacks, key, device, board_protocol)
 
 
 @dataclass
@@ -207,6 +214,7 @@ def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., An
     started = time.perf_counter()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
+    precision.no_tf32()
     ctx = RunContext(
         device=plan_.device, seed=cfg.seed, profile=cfg.profile, data_root=cfg.data_root, cache_dir=cfg.cache,
         options={}, eval_split=cfg.split, benchmark=cfg.task, task=plan_.task, log=log, progress=progress or (lambda it, total=None, desc=None: it),
@@ -232,7 +240,7 @@ def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., An
         release = make_release(clean, plan_.mechanism, ctx, public, boxes)
     with curves.recording() as recorded:
         log(f"evaluating {cfg.task}")
-        with clock("task"):
+        with clock("task"), precision.using(cfg.precision):
             utility = plan_.task.evaluate(clean, release, ctx)
         outcomes: dict[str, AttackOutcome] = {}
         crops: tuple[Splits, Release] | None = None
@@ -261,7 +269,7 @@ def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., An
         privacy_score=scores.worst(privacy.values()), privacy_flags=flags, eval_split=cfg.split,
         claim=release.claim.to_dict() if release.claim else None,
         runtime_s=time.perf_counter() - started, versions={**versions(), "kernels": release.kernels,
-                                                           **hardware(plan_.device)},
+                                                           "precision": cfg.precision, **hardware(plan_.device)},
         git_sha=git_sha(),
         dataset_fingerprint=clean.fingerprint, synthetic=clean.synthetic, device=str(plan_.device),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

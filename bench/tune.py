@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from bench import precision
 from bench.cells import content_key
 from bench.errors import BenchError
 from bench.grid import Cell, CellOutcome, cell_label
@@ -64,7 +65,8 @@ class TuneConfig:
         if self.study_name:
             return self.study_name
         b = self.base
-        extra = content_key(b.overrides, b.attacks, sorted(b.params.items()))[:8]
+        mixed = () if b.precision == precision.DEFAULT else (b.precision,)  # fp32 studies keep their names
+        extra = content_key(b.overrides, b.attacks, sorted(b.params.items()), *mixed)[:8]
         return f"{b.task}-{b.mechanism}-{b.profile}-seed{b.seed}-val-{extra}"
 
     @property

@@ -7,13 +7,15 @@ release and model caches) and a new TorchInductor cache, in a fresh process. The
 ``runtime_s`` and ``stage_seconds`` are read from its result; the budget is 60 s plus the
 stages of the adaptive adversaries (:data:`ADAPTIVE`).
 
-    python benchmarks/main_job.py [--repeats 1] [--compare REV] [--profile quick]
+    python benchmarks/main_job.py [--repeats 1] [--compare REV] [--profile quick] [--precision fp32,bf16]
 
 With ``--compare REV`` the code at git revision REV (checked out into a temporary
-worktree) runs too, alternating with this checkout's, so that before and after are timed
-on one machine in one session: the ratio of their median cell times is printed, and
-whether their metrics are identical. A revision whose results predate ``stage_seconds``
-shows its total only.
+worktree) runs too, at fp32, alternating with this checkout's, so that before and after
+are timed on one machine in one session: the ratio of their median cell times is printed,
+and whether their metrics are identical. A revision whose results predate
+``stage_seconds`` shows its total only. ``--precision`` lists the precisions this
+checkout runs at (:mod:`bench.precision`), each timed the same way; bf16 computes other
+numbers, so its metrics are compared with fp32's only to say that they differ.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ NOT_INHERITED = ("MLFLOW_TRACKING_URI", "BENCH_RESULTS", "BENCH_CACHE")
 """Settings that would send the cold run's results or caches somewhere warm."""
 
 
-def run_cold(code: Path, profile: str, scratch: Path) -> dict:
+def run_cold(code: Path, profile: str, scratch: Path, precision: str = "fp32") -> dict:
     """Runs the main job cold with the code under ``code``; returns its result as a dict.
 
     Args:
@@ -47,13 +49,16 @@ def run_cold(code: Path, profile: str, scratch: Path) -> dict:
             so ``python -m bench`` imports its code).
         profile: The profile to run.
         scratch: An empty folder for the results, the caches and the compile cache.
+        precision: ``fp32`` (the job as the README runs it; code that predates
+            ``--precision`` runs it too) or ``bf16``.
     """
     inherited = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     env = {**inherited, "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"), "MLFLOW_DISABLE_TELEMETRY": "true",
            "MPLCONFIGDIR": str(scratch / "matplotlib"),
            "PYTHONPATH": os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)}
     results = scratch / "results"
-    out = subprocess.run([sys.executable, "-m", "bench", "run", *MAIN_JOB, "--profile", profile,
+    mixed = [] if precision == "fp32" else ["--precision", precision]
+    out = subprocess.run([sys.executable, "-m", "bench", "run", *MAIN_JOB, "--profile", profile, *mixed,
                           "--results-dir", str(results)], cwd=code, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no error output"])[-1]
@@ -103,17 +108,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="cold runs per code version")
     parser.add_argument("--compare", metavar="REV", help="also time the code at this git revision")
     parser.add_argument("--profile", default="quick", help="the job's profile (the README's: quick)")
+    parser.add_argument("--precision", default="fp32",
+                        help="comma-separated precisions this checkout runs at (default fp32, the README's)")
     args = parser.parse_args()
+    precisions = args.precision.split(",")
     scratch = Path(tempfile.mkdtemp(prefix="privbench-main-job-"))
-    codes = {"this checkout": ROOT}
+    codes = {("this checkout" if p == "fp32" else f"this checkout at {p}"): (ROOT, p) for p in precisions}
     try:
         if args.compare:
-            codes[args.compare] = worktree(args.compare, scratch)
+            codes[args.compare] = (worktree(args.compare, scratch), "fp32")
         runs: dict[str, list[dict]] = {label: [] for label in codes}
         for i in range(args.repeats):
-            for n, (label, code) in enumerate(codes.items()):
+            for n, (label, (code, precision)) in enumerate(codes.items()):
                 place = scratch / f"run-{i}-{n}"
-                runs[label].append(run_cold(code, args.profile, place))
+                runs[label].append(run_cold(code, args.profile, place, precision))
                 shutil.rmtree(place, ignore_errors=True)
                 print(f"run {i + 1}/{args.repeats} of {label}: {runs[label][-1]['runtime_s']:.1f} s", file=sys.stderr)
     finally:
@@ -128,11 +136,11 @@ def main() -> None:
             print(row(label, result))
     for label, results in runs.items():
         print(f"{label}: {budget_line(results)}")
-    if args.compare:
-        mine, theirs = runs["this checkout"], runs[args.compare]
+    reference, mine = next(iter(runs.items()))
+    for label, theirs in list(runs.items())[1:]:
         ratio = statistics.median(r["runtime_s"] for r in theirs) / statistics.median(r["runtime_s"] for r in mine)
         same = metrics(mine[0]) == metrics(theirs[0])
-        print(f"{args.compare} / this checkout: {ratio:.2f}x (medians); metrics {'identical' if same else 'DIFFER'}")
+        print(f"{label} / {reference}: {ratio:.2f}x (medians); metrics {'identical' if same else 'DIFFER'}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bench import precision
 from bench.scores import TOO_WEAK
 from leaderboard.protocol import BoardKey, board_overrides, canonical_params, canonical_settings
 
@@ -202,6 +203,7 @@ def _board(row: pd.Series) -> BoardKey:
         dataset_fingerprint=data_fingerprint(row),
         settings=canonical_settings(overrides, attacks),
         protocol=_text(row.get("protocol")),
+        precision=precision.recorded(_mapping(row.get("versions"))),
     )
 
 

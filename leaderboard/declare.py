@@ -10,6 +10,7 @@ cells are different cell keys.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -137,6 +138,9 @@ def declaration_from_entry(entry: Mapping[str, Any]) -> Declaration:
 def declarations_from_suite(suite: "Suite", data_root: Path | None = None) -> list[Declaration]:
     """Returns one local declaration per mechanism of a suite (every setting it lists for it).
 
+    Its cells are declared at every precision its benchmarks compute at (``bench grid
+    --precision bf16`` computes the suite's cells too); a bf16 cell goes to its own board.
+
     Args:
         suite: The suite.
         data_root: Root of real datasets (planning a cell inspects its data).
@@ -145,9 +149,17 @@ def declarations_from_suite(suite: "Suite", data_root: Path | None = None) -> li
         BenchError: The suite does not expand (unknown names, invalid values, missing data).
     """
     from bench.grid import Placement, expand
+    from bench.precision import DEFAULT, PRECISIONS
+    from bench.registry import tasks
 
+    cells = expand(suite, Placement(results_dir=Path("results"), data_root=data_root))
+    for mixed in (p for p in PRECISIONS if p != DEFAULT):
+        able = tuple(b for b in suite.benchmarks if mixed in tasks.get(b).precisions)
+        if able:
+            cells += expand(dataclasses.replace(suite, benchmarks=able),
+                            Placement(results_dir=Path("results"), data_root=data_root, precision=mixed))
     by_entry: dict[tuple[str, str], dict[str, DeclaredCell]] = {}
-    for cell in expand(suite, Placement(results_dir=Path("results"), data_root=data_root)):
+    for cell in cells:
         cfg = cell.config
         by_entry.setdefault((cfg.mechanism, entry_label(cfg)), {})[cell.key] = DeclaredCell(
             cfg.task, canonical_params(cfg.params), cfg.seed)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from bench.cells import content_key
+from bench.precision import DEFAULT as FULL_PRECISION
 from leaderboard.stats import LEVEL, MIN_SEEDS
 
 __all__ = [
@@ -115,6 +116,8 @@ class BoardKey:
         protocol: ``Result.protocol``: the key of the resolved task and attack settings less
             the task's entry settings; empty for results written before it was recorded
             (their own board).
+        precision: ``fp32``, or ``bf16`` for cells whose networks ran in mixed precision
+            (:mod:`bench.precision`): never ranked beside fp32 cells.
     """
 
     benchmark: str
@@ -123,12 +126,14 @@ class BoardKey:
     dataset_fingerprint: str
     settings: str
     protocol: str = ""
+    precision: str = FULL_PRECISION
 
     @property
     def id(self) -> str:
         """A short stable identifier (also the stem of the board's page)."""
         parts = (self.benchmark, self.profile, self.synthetic, self.dataset_fingerprint, self.settings)
-        return content_key("board", *parts, *((self.protocol,) if self.protocol else ()))[:12]
+        mixed = () if self.precision == FULL_PRECISION else (("precision", self.precision),)
+        return content_key("board", *parts, *((self.protocol,) if self.protocol else ()), *mixed)[:12]
 
     @property
     def data_label(self) -> str:
@@ -140,4 +145,6 @@ class BoardKey:
     def label(self) -> str:
         """One line naming everything that defines the board."""
         protocol = f" · protocol {self.protocol[:8]}" if self.protocol else ""
-        return f"{self.benchmark} · profile {self.profile}{protocol} · {self.data_label} · {settings_label(self.settings)}"
+        mixed = "" if self.precision == FULL_PRECISION else f" · {self.precision} mixed precision"
+        return (f"{self.benchmark} · profile {self.profile}{protocol}{mixed} · {self.data_label} · "
+                f"{settings_label(self.settings)}")

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bench import precision
 from bench.cells import content_key
 from bench.config import setting
 from bench.datasets.base import ImageSet, Splits
@@ -125,6 +126,7 @@ class Reid(Task):
 
     config_class: ClassVar[type] = ReidConfig
     version: ClassVar[int] = MODEL_VERSION
+    precisions: ClassVar[tuple[str, ...]] = ("fp32", "bf16")
     config: ReidConfig
 
     def __init__(self, profile: str = "quick", overrides: dict[str, Any] | None = None):
@@ -278,6 +280,7 @@ def train_reid(
     sampler = PKSampler(classes, cfg.p, cfg.k, g)
     optimiser = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     model.train()
+    precision.verify(model, to_input(images[: cfg.p * cfg.k], cfg.input_size, ctx.device), "the reID model")
     steps, last = 0, {}
     curve: dict[str, list[float]] = {"loss": [], "ce": [], "triplet": []} | ({"ctl": []} if centroid else {})
     for epoch in ctx.progress(range(cfg.epochs), total=cfg.epochs, desc="reID epochs"):
@@ -288,7 +291,9 @@ def train_reid(
         for batch in sampler.epoch():
             x = augment(to_input(images[batch], cfg.input_size, ctx.device), g, pad=cfg.pad, erasing=cfg.erasing)
             y = classes[batch].to(ctx.device)
-            features, logits = model(x)
+            with precision.autocast(ctx.device):
+                features, logits = model(x)
+            features, logits = features.float(), logits.float()
             ce = F.cross_entropy(logits, y, label_smoothing=cfg.label_smoothing)
             triplet = batch_hard_triplet_loss(features, y, cfg.margin)
             loss = ce + triplet

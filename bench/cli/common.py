@@ -1,7 +1,7 @@
 """Options shared by subcommands and the progress reporter.
 
 The options that define cells (mechanism, task, parameters, seed(s), profile, device,
-data root, attacks, ``--set``, mechanism files, locations) are declared once, in
+precision, data root, attacks, ``--set``, mechanism files, locations) are declared once, in
 :func:`add_cell_options`, for ``bench run`` and ``bench tune`` (one cell: ``--seed``,
 ``K=V``) and for ``bench grid`` and ``bench submit`` (many: comma lists, ``--seeds``,
 ``K=V1,V2``, profile from the suite); :func:`run_config` reads one cell's options.
@@ -47,6 +47,9 @@ def add_cell_options(parser: argparse.ArgumentParser, many: bool = False) -> Non
     parser.add_argument("--profile", default=None if many else "quick",
                         help="smoke | quick | paper (default: " + ("the suite's, else quick)" if many else "quick)"))
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
+    parser.add_argument("--precision", default="fp32",
+                        help="fp32, or bf16: bfloat16 mixed precision for the task's networks (adversaries stay "
+                             "fp32; faster on CPUs with AMX; other numbers, cells and boards; default fp32)")
     parser.add_argument("--data-root", type=Path, default=None, help="root of real datasets (default $BENCH_DATA)")
     parser.add_argument("--attacks", default=None,
                         help="comma-separated adversaries, or 'none' (default: " + ("the suite's or " if many else "")
@@ -96,7 +99,7 @@ def run_config(args: argparse.Namespace, absolute: bool = False, **extra: Any) -
         task=args.task, mechanism=args.mechanism, params=parse_assignments(args.param), seed=args.seed,
         profile=args.profile, device=args.device, data_root=data_root(args.data_root), results_dir=results,
         cache_dir=cache, attacks=parse_attacks(args.attacks), overrides=parse_overrides(args.overrides),
-        tracking_uri=uri, **extra,
+        tracking_uri=uri, precision=args.precision, **extra,
     )
 
 

@@ -115,7 +115,7 @@ def placement(args: argparse.Namespace):
     results = args.results_dir.resolve()
     return Placement(
         results_dir=results, cache_dir=cache_dir(args).resolve(), tracking_uri=tracking_uri(results, args.tracking_uri),
-        data_root=data_root(args.data_root), device=args.device,
+        data_root=data_root(args.data_root), device=args.device, precision=args.precision,
     )
 
 

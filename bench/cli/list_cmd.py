@@ -71,4 +71,6 @@ def describe_benchmark(benchmark) -> list[str]:
     ]
     if benchmark.optional_face_crops:
         lines.append(f"    face crops skipped without identities: {benchmark.optional_face_crops}")
+    if len(benchmark.kind.precisions) > 1:
+        lines.append(f"    precisions {', '.join(benchmark.kind.precisions)} (--precision)")
     return lines + [f"    preset {benchmark.preset_file}{missing}"]

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 import torch.utils.data
 
+from bench import precision
 from bench.cpus import usable_cpus
 
 
@@ -100,7 +101,8 @@ def embed_images(model: torch.nn.Module, images: Any, size: int | tuple[int, int
     """
     was_training = model.training
     model.eval()
-    out = torch.cat([model(to_input(chunk, size, device)) for chunk in image_batches(images, batch, device)])
+    with precision.autocast(device):
+        out = torch.cat([model(to_input(chunk, size, device)).float() for chunk in image_batches(images, batch, device)])
     model.train(was_training)
     return out
 
@@ -110,6 +112,7 @@ def embed(model: torch.nn.Module, inputs: torch.Tensor, batch: int = 512) -> tor
     """Runs a model in eval mode over prepared inputs, in batches; returns [N, D]."""
     was_training = model.training
     model.eval()
-    out = torch.cat([model(inputs[i : i + batch]) for i in range(0, len(inputs), batch)])
+    with precision.autocast(inputs.device):
+        out = torch.cat([model(inputs[i : i + batch]).float() for i in range(0, len(inputs), batch)])
     model.train(was_training)
     return out

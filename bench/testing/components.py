@@ -81,6 +81,16 @@ def task_documented(name: str) -> None:
     _documented("task", _task(name), name)
 
 
+def task_precisions(name: str) -> None:
+    """Checks that ``precisions`` is a tuple of known precisions with fp32 (:mod:`bench.precision`)."""
+    from bench.precision import DEFAULT, PRECISIONS
+
+    declared = _task(name).precisions
+    if not isinstance(declared, tuple) or DEFAULT not in declared or not set(declared) <= set(PRECISIONS):
+        raise ConformanceError(f"task {name!r}: precisions must be a tuple of {', '.join(PRECISIONS)} "
+                               f"with {DEFAULT}, got {declared!r}")
+
+
 def task_wiring(name: str) -> None:
     """Checks that the dataset and default attacks exist and that each attack's requirement is provided."""
     from bench.registry import attacks, datasets
@@ -155,7 +165,7 @@ def attack_requirement(name: str) -> None:
 
 TASK_CHECKS: dict[str, Callable[[str], None]] = {
     "profiles": task_profiles, "metrics": task_metrics, "documented": task_documented, "wiring": task_wiring,
-    "settings": task_settings, "versioned": task_versioned,
+    "settings": task_settings, "versioned": task_versioned, "precisions": task_precisions,
 }
 ATTACK_CHECKS: dict[str, Callable[[str], None]] = {
     "profiles": attack_profiles, "metrics": attack_metrics, "documented": attack_documented,

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from bench import precision
 from bench.errors import BenchError
 from bench.tracking.metrics import flatten, metric_batches, result_metrics
 from bench.interfaces import RESULT_SCHEMA, Result
@@ -60,10 +61,10 @@ def _param_key(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-. /" else "_" for ch in name)[:250]
 
 
-def run_name(task: str, mechanism: str, params: Mapping[str, Any], seed: int) -> str:
-    """Returns a run's name: ``task · mechanism(k=v, ...) · s<seed>``."""
+def run_name(task: str, mechanism: str, params: Mapping[str, Any], seed: int, mixed: str = precision.DEFAULT) -> str:
+    """Returns a run's name: ``task · mechanism(k=v, ...) · s<seed>``, then `` · bf16`` for a mixed-precision cell."""
     shown = ", ".join(f"{k}={v}" for k, v in params.items())
-    return f"{task} · {mechanism}({shown}) · s{seed}"
+    return f"{task} · {mechanism}({shown}) · s{seed}" + ("" if mixed == precision.DEFAULT else f" · {mixed}")
 
 
 class Tracker:
@@ -172,7 +173,8 @@ class Tracker:
 
         Args:
             cell_key: The cell's content key.
-            identity: task, mechanism, params, seed and profile of the cell.
+            identity: task, mechanism, params, seed and profile of the cell, and its
+                precision (fp32 when absent).
             lock: The cell lock its process holds (lets a later process recognise an orphan).
         """
         from mlflow.entities import Param
@@ -183,10 +185,11 @@ class Tracker:
             tags[f"{TAG}lock"] = str(Path(lock).resolve())
         for name in ("task", "mechanism", "seed", "profile"):
             tags[f"{TAG}{name}"] = str(identity[name])
-        name = run_name(identity["task"], identity["mechanism"], identity.get("params", {}), identity["seed"])
+        mixed = identity.get("precision", precision.DEFAULT)
+        name = run_name(identity["task"], identity["mechanism"], identity.get("params", {}), identity["seed"], mixed)
         run = self.client.create_run(self.experiment_id, run_name=name[:250], tags=tags)
         params = {"task": identity["task"], "mechanism": identity["mechanism"], "seed": identity["seed"],
-                  "profile": identity["profile"], **flatten("mech.", identity.get("params", {}))}
+                  "profile": identity["profile"], "precision": mixed, **flatten("mech.", identity.get("params", {}))}
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
         return run.info.run_id
 
@@ -248,7 +251,7 @@ class Tracker:
     def log_cell(self, result: Result, configs: Mapping[str, Any], artifacts: Mapping[str, bytes]) -> str:
         """Logs an already computed result as one FINISHED run (for imports and tests); returns its id."""
         identity = {"task": result.task, "mechanism": result.mechanism, "params": result.params,
-                    "seed": result.seed, "profile": result.profile}
+                    "seed": result.seed, "profile": result.profile, "precision": precision.recorded(result.versions)}
         run_id = self.start_cell(result.cell_key, identity)
         try:
             self.finish_cell(run_id, result, configs, artifacts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -166,6 +167,9 @@ def test_list_benchmarks_shows_adversaries_and_targets(capsys):
     assert "reid_market1501" in out and "attributes gender" in out and "adversaries attribute_inference, denoise" in out
     assert "fewshot_omniglot" in out and "adversaries none (utility only)" in out
     assert "preset tasks/presets/fewshot_folder.yaml" in out
+    shown = re.split(r"\n  (?=\S)", out)  # one block per benchmark
+    mixed = {block.split()[0] for block in shown if "precisions fp32, bf16 (--precision)" in block}
+    assert {"fewshot_celeba", "reid_market1501"} <= mixed and "classify_imagenet_obf_obf" not in mixed
 
 
 def test_task_classes_made_for_benchmarks_are_tasks():

@@ -266,7 +266,7 @@ def test_a_suite_declares_one_entry_per_mechanism_by_cell_key():
     declarations = {d.name: d for d in declarations_from_suite(suite)}
     assert set(declarations) == {"mini/pixelate", "mini/identity"}
     pixelate = declarations["mini/pixelate"]
-    assert len(pixelate.cells) == 6 and pixelate.seeds == (0, 1, 2) and pixelate.profile == "smoke"
+    assert len(pixelate.cells) == 12 and pixelate.seeds == (0, 1, 2) and pixelate.profile == "smoke"  # fp32 and bf16
     assert pixelate.problem() is None
     from bench.runner import RunConfig, plan
 
@@ -275,6 +275,22 @@ def test_a_suite_declares_one_entry_per_mechanism_by_cell_key():
     forced = plan(RunConfig(task=TASK, mechanism="pixelate", params={"block": 8}, seed=2, profile="smoke",
                             overrides={"task": {"epochs": "1"}}))
     assert forced.key not in pixelate.cells
+    mixed = plan(RunConfig(task=TASK, mechanism="pixelate", params={"block": 8}, seed=2, profile="smoke",
+                           precision="bf16"))
+    assert pixelate.cells[mixed.key] == DeclaredCell(TASK, canonical_params({"block": 8}), 2)
+
+
+def test_a_suite_s_bf16_cells_are_declared_only_for_benchmarks_that_compute_at_bf16():
+    from bench.grid import MechanismSpec, Suite
+    from bench.runner import RunConfig, plan
+
+    other = "classify_synth_scenes_obf_obf"
+    suite = Suite(name="two", profile="smoke", seeds=(0,), benchmarks=(TASK, other),
+                  mechanisms=(MechanismSpec("identity"),))
+    cells = declarations_from_suite(suite)[0].cells
+    assert len(cells) == 3
+    for task, precision in ((TASK, "fp32"), (TASK, "bf16"), (other, "fp32")):
+        assert plan(RunConfig(task=task, mechanism="identity", profile="smoke", precision=precision)).key in cells
 
 
 def test_rows_of_an_entry_and_a_ranked_status_line_in_every_export():

@@ -1,0 +1,200 @@
+"""The arithmetic precision of a cell's utility networks: full float32, or bfloat16 mixed precision.
+
+A cell computes its task at one precision (``bench run --precision``). At ``bf16`` the
+task's networks run their forward passes under ``torch.autocast`` with bfloat16
+(convolutions and matrix products in bfloat16; weights, optimiser state, losses and
+embeddings in float32). On a CPU with AMX that about halves their training time, and it
+changes the numbers, so the precision is part of the cell key, of every trained model's
+cache key (:func:`key_parts`) and of the board key, and is recorded in ``Result.versions``.
+
+Only the task's networks use it. Adversaries always run in float32, so a cell's privacy is
+measured by the same adversary at every precision (a bfloat16 adversary could be a weaker
+one), and mechanisms never do (:func:`exact`): a release's images do not depend on it.
+
+The precision in force is a context variable, set by the runner around the task
+(:func:`using`) and read where networks run (:func:`autocast`), so that no trained model
+can be cached without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from bench.errors import BenchError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+PRECISIONS = ("fp32", "bf16")
+"""``fp32``: float32 throughout (the default); ``bf16``: bfloat16 autocast of network forward passes."""
+
+DEFAULT = "fp32"
+TOLERANCE = 0.02
+"""Largest error a layer may show at bf16 against float32 on the same bfloat16 values, relative to
+the largest value of its output or gradient. Rounding its result to bfloat16 costs at most
+2^-8 (0.004); torch 2.14.1's oneDNN computes some stride-2 convolutions with an output one
+pixel wide wrongly on AMX CPUs (errors from 0.07 to 1e37), which :func:`verify` refuses."""
+
+_CURRENT: contextvars.ContextVar[str] = contextvars.ContextVar("bench_precision", default=DEFAULT)
+
+
+def check(precision: str, device: torch.device, task: str, supported: tuple[str, ...]) -> None:
+    """Checks that a cell can compute at ``precision`` before anything runs.
+
+    Args:
+        precision: The requested precision.
+        device: The cell's device.
+        task: The task, for messages (``task 'x'``).
+        supported: The precisions the task declares (``Task.precisions``).
+
+    Raises:
+        BenchError: An unknown precision, bf16 on a GPU without it, or a task whose
+            networks have not been made to run at it.
+    """
+    if precision not in PRECISIONS:
+        raise BenchError(f"unknown precision {precision!r} (use {' or '.join(PRECISIONS)})")
+    if precision == DEFAULT:
+        return
+    import torch
+
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise BenchError(f"--precision {precision}: {torch.cuda.get_device_name(device)} has no bfloat16 "
+                         "(use --precision fp32)")
+    if precision not in supported:
+        raise BenchError(f"--precision {precision}: {task} computes in {' and '.join(supported)} only "
+                         f"(use --precision {DEFAULT})")
+
+
+def no_tf32() -> None:
+    """Makes float32 on CUDA float32: cuDNN runs float32 convolutions in TF32 unless told not to.
+
+    Called for every cell (autocast leaves the ops it does not cast in float32), so that a
+    cell's precision is what its label says on GPUs too.
+    """
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def current() -> str:
+    """Returns the precision in force (``fp32`` outside any cell)."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def using(precision: str) -> Iterator[None]:
+    """Sets the precision in force for the block (the runner's, around a cell's task)."""
+    token = _CURRENT.set(precision)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def exact() -> contextlib.AbstractContextManager[None]:
+    """Full float32 for the block whatever the cell's precision: mechanisms, and what they fit, inside a task."""
+    return using(DEFAULT)
+
+
+def autocast(device: torch.device | str) -> contextlib.AbstractContextManager:
+    """Returns the context a network's forward pass runs in: autocast at bf16, nothing at fp32.
+
+    Outputs computed inside are bfloat16 at bf16; callers convert them to float32
+    (``.float()``) before losses, distances and metrics.
+    """
+    if current() == DEFAULT:
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
+def recorded(versions: Mapping[str, Any] | str | None) -> str:
+    """Returns the precision a result was computed at, from its ``versions`` (a dict or its JSON).
+
+    Results written before the precision was recorded were computed in fp32.
+    """
+    if isinstance(versions, str):
+        versions = json.loads(versions or "{}")
+    return str((versions if isinstance(versions, Mapping) else {}).get("precision") or DEFAULT)
+
+
+def verify(model: nn.Module, example: torch.Tensor, what: str) -> None:
+    """At bf16, checks every convolution and linear layer of ``model`` against float32 before it trains.
+
+    The model runs once on ``example`` (in training mode, its buffers restored after) to
+    record what each layer receives; each layer then computes its output and both
+    gradients (for one fixed random upstream gradient) in bfloat16 and in float32 from the
+    same bfloat16 values. Nothing happens at fp32.
+
+    Args:
+        model: The network about to train.
+        example: A batch of its inputs, as training gives them (layout included).
+        what: The model, for messages (``the noisy few-shot model``).
+
+    Raises:
+        BenchError: A layer's bfloat16 result is off by more than :data:`TOLERANCE`: this
+            machine's kernels cannot train it in mixed precision.
+    """
+    if current() == DEFAULT:
+        return
+    import torch
+    from torch import nn
+
+    seen: dict[nn.Module, torch.Tensor] = {}
+    layers = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+
+    def record(layer: nn.Module, args: tuple, out: torch.Tensor) -> None:
+        seen.setdefault(layer, args[0].detach())
+
+    hooks = [m.register_forward_hook(record) for m in layers]
+    buffers = {name: b.clone() for name, b in model.named_buffers()}
+    try:
+        with torch.no_grad(), exact():
+            model(example)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                b.copy_(buffers[name])
+    for layer, x in seen.items():
+        error = _layer_error(layer, x)
+        if not error <= TOLERANCE:
+            shape = f"{'x'.join(str(n) for n in x.shape[2:])} inputs" if x.dim() == 4 else f"{x.shape[-1]} features"
+            raise BenchError(f"--precision bf16: this machine's bfloat16 kernels compute {what}'s {layer} on "
+                             f"{shape} wrongly (relative error {error:.2g} against float32, torch "
+                             f"{torch.__version__}); use --precision fp32")
+
+
+def _layer_error(layer: nn.Module, x: torch.Tensor) -> float:
+    """Returns the largest relative error of a layer's bfloat16 output and gradients against float32's."""
+    import torch
+    import torch.nn.functional as F
+
+    op = layer._conv_forward if isinstance(layer, torch.nn.Conv2d) else F.linear  # its padding mode included
+    values = [t.detach().to(torch.bfloat16) for t in (x, layer.weight)]
+    bias = None if layer.bias is None else layer.bias.detach().to(torch.bfloat16)
+    upstream = None
+    results = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a, w = (t.to(dtype).requires_grad_() for t in values)
+        out = op(a, w, None if bias is None else bias.to(dtype))
+        if upstream is None:
+            g = torch.Generator(device=out.device).manual_seed(0)
+            upstream = torch.randn(out.shape, generator=g, device=out.device).to(torch.bfloat16)
+        out.backward(upstream.to(dtype))
+        results[dtype] = [t.detach().float() for t in (out, a.grad, w.grad)]
+    errors = [((low - full).abs().max() / full.abs().max().clamp_min(1e-30)).item()
+              for low, full in zip(results[torch.bfloat16], results[torch.float32])]
+    return max(errors)
+
+
+def key_parts() -> tuple[str, ...]:
+    """Returns what a trained model's cache key adds for the precision in force: nothing at fp32."""
+    return () if current() == DEFAULT else ("precision", current())

@@ -1,0 +1,64 @@
+"""Cells at bf16: the task's networks train in mixed precision; adversaries and releases do not change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.runner import RunConfig, plan, run_cell
+
+TASK_MODELS = {"fewshot_synth_faces": "fewshot.", "reid_synth_persons": "reid."}
+SETTINGS = {"reid_synth_persons": {"task": {"input_size": [64, 32]}}}
+"""The smoke profile's 32x16 reID inputs meet a oneDNN bfloat16 bug on AMX CPUs (bench.precision.verify)."""
+
+
+def _cell(task: str, cache: Path, tmp_path: Path, precision: str):
+    config = RunConfig(task=task, mechanism="blur", params={"radius": 2}, profile="smoke", device="cpu",
+                       results_dir=tmp_path / "results", cache_dir=cache, precision=precision,
+                       overrides=SETTINGS.get(task, {}))
+    planned = plan(config)
+    return planned.key, run_cell(planned)
+
+
+@pytest.mark.parametrize("task", sorted(TASK_MODELS))
+def test_a_bf16_cell_trains_its_task_in_mixed_precision_and_nothing_else(task, tmp_path, shared_cache):
+    key, full = _cell(task, shared_cache, tmp_path, "fp32")
+    mixed_key, mixed = _cell(task, shared_cache, tmp_path, "bf16")
+    assert mixed_key != key
+    assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32  # fp32 on GPUs too
+    assert full.result.versions["precision"] == "fp32" and mixed.result.versions["precision"] == "bf16"
+    for name, split in full.release.splits.sets.items():
+        assert torch.equal(split.images, mixed.release.splits[name].images), name
+    # Each trained model records its losses per epoch: a task model whose forward pass escaped
+    # autocast would repeat its fp32 curve exactly, and an adversary's model must repeat it.
+    losses = sorted(name for name in full.curves if name.endswith("loss"))
+    assert losses == sorted(name for name in mixed.curves if name.endswith("loss"))
+    task_losses = [name for name in losses if name.startswith(TASK_MODELS[task])]
+    assert task_losses and all(full.curves[name] != mixed.curves[name] for name in task_losses), task_losses
+    assert all(full.curves[name] == mixed.curves[name] for name in losses if name not in task_losses)
+    assert mixed.result.attacks == full.result.attacks and mixed.result.privacy == full.result.privacy
+    assert mixed.result.utility != full.result.utility
+
+
+def test_a_bf16_run_is_logged_shown_and_listed_as_bf16_beside_its_fp32_twin(tmp_path, shared_cache, capsys):
+    import mlflow
+
+    from bench import api
+    from bench.cli import main
+
+    results = tmp_path / "results"
+    common = ["run", "--task", "fewshot_synth_faces", "--mechanism", "pixelate", "--param", "block=4", "--profile",
+              "smoke", "--device", "cpu", "--attacks", "face_reid", "--results-dir", str(results),
+              "--cache-dir", str(shared_cache), "-q"]
+    assert main(common) == 0
+    assert main([*common, "--precision", "bf16"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("bf16 mixed precision") == 1  # the header of the bf16 cell's table only
+    frame = api.results(results)
+    assert sorted(frame["precision"]) == ["bf16", "fp32"] and frame["cell_key"].nunique() == 2
+    mixed = frame[frame["precision"] == "bf16"].iloc[0]
+    run = mlflow.MlflowClient(f"sqlite:///{results / 'mlflow.db'}").get_run(mixed["run_id"])
+    assert run.data.params["precision"] == "bf16" and run.data.tags["bench.version.precision"] == "bf16"
+    assert run.info.run_name.endswith(" · bf16")
