@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from bench.errors import BenchError
@@ -114,13 +113,11 @@ def autocast(device: torch.device | str) -> contextlib.AbstractContextManager:
     return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
 
 
-def recorded(versions: Mapping[str, Any] | str | None) -> str:
-    """Returns the precision a result was computed at, from its ``versions`` (a dict or its JSON).
+def recorded(versions: Mapping[str, Any] | None) -> str:
+    """Returns the precision a result was computed at, from its ``versions``.
 
     Results written before the precision was recorded were computed in fp32.
     """
-    if isinstance(versions, str):
-        versions = json.loads(versions or "{}")
     return str((versions if isinstance(versions, Mapping) else {}).get("precision") or DEFAULT)
 
 

@@ -146,8 +146,7 @@ def test_verify_refuses_a_kernel_that_computes_bf16_wrongly(monkeypatch):
 
 
 @pytest.mark.parametrize("versions, expected", [
-    ({"precision": "bf16"}, "bf16"), ('{"precision": "bf16", "torch": "2"}', "bf16"), ({"torch": "2"}, "fp32"),
-    (None, "fp32"), ("", "fp32"),
+    ({"precision": "bf16", "torch": "2"}, "bf16"), ({"torch": "2"}, "fp32"), (None, "fp32"),
 ])
 def test_the_recorded_precision_of_old_and_new_results(versions, expected):
     assert precision.recorded(versions) == expected
