@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import weakref
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from bench.errors import BenchError
@@ -39,6 +40,8 @@ the largest value of its output or gradient. Rounding its result to bfloat16 cos
 pixel wide wrongly on AMX CPUs (errors from 0.07 to 1e37), which :func:`verify` refuses."""
 
 _CURRENT: contextvars.ContextVar[str] = contextvars.ContextVar("bench_precision", default=DEFAULT)
+_VERIFIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Model -> the input shapes (less the batch) its layers were checked on in this process."""
 
 
 def check(precision: str, device: torch.device, task: str, supported: tuple[str, ...]) -> None:
@@ -121,24 +124,27 @@ def recorded(versions: Mapping[str, Any] | None) -> str:
     return str((versions if isinstance(versions, Mapping) else {}).get("precision") or DEFAULT)
 
 
-def verify(model: nn.Module, example: torch.Tensor, what: str) -> None:
-    """At bf16, checks every convolution and linear layer of ``model`` against float32 before it trains.
+def verify(model: nn.Module, example: torch.Tensor, what: str = "") -> None:
+    """At bf16, checks every convolution and linear layer of ``model`` against float32 before it runs.
 
-    The model runs once on ``example`` (in training mode, its buffers restored after) to
-    record what each layer receives; each layer then computes its output and both
+    The model runs once on ``example`` in float32 (in its current mode, its buffers restored
+    after) to record what each layer receives; each layer then computes its output and both
     gradients (for one fixed random upstream gradient) in bfloat16 and in float32 from the
-    same bfloat16 values. Nothing happens at fp32.
+    same bfloat16 values. Training loops call it before the first step, and
+    :func:`bench.nn.images.embed` before the first batch, so a model read from a cache
+    filled elsewhere is checked on this machine too; a model is checked once per input
+    size. Nothing happens at fp32.
 
     Args:
-        model: The network about to train.
-        example: A batch of its inputs, as training gives them (layout included).
-        what: The model, for messages (``the noisy few-shot model``).
+        model: The network about to train or run.
+        example: A batch of its inputs, as it will get them (layout included).
+        what: The model, for messages (``the few-shot model``; default: its class).
 
     Raises:
         BenchError: A layer's bfloat16 result is off by more than :data:`TOLERANCE`: this
             machine's kernels cannot train it in mixed precision.
     """
-    if current() == DEFAULT:
+    if current() == DEFAULT or tuple(example.shape[1:]) in _VERIFIED.get(model, ()):
         return
     import torch
     from torch import nn
@@ -152,7 +158,7 @@ def verify(model: nn.Module, example: torch.Tensor, what: str) -> None:
     hooks = [m.register_forward_hook(record) for m in layers]
     buffers = {name: b.clone() for name, b in model.named_buffers()}
     try:
-        with torch.no_grad(), exact():
+        with torch.no_grad(), torch.autocast(example.device.type, enabled=False):
             model(example)
     finally:
         for hook in hooks:
@@ -160,13 +166,16 @@ def verify(model: nn.Module, example: torch.Tensor, what: str) -> None:
         with torch.no_grad():
             for name, b in model.named_buffers():
                 b.copy_(buffers[name])
-    for layer, x in seen.items():
-        error = _layer_error(layer, x)
+    with torch.enable_grad(), torch.autocast(example.device.type, enabled=False):  # callers may be in either
+        errors = {layer: _layer_error(layer, x) for layer, x in seen.items()}
+    for layer, error in errors.items():
         if not error <= TOLERANCE:
+            x = seen[layer]
             shape = f"{'x'.join(str(n) for n in x.shape[2:])} inputs" if x.dim() == 4 else f"{x.shape[-1]} features"
-            raise BenchError(f"--precision bf16: this machine's bfloat16 kernels compute {what}'s {layer} on "
-                             f"{shape} wrongly (relative error {error:.2g} against float32, torch "
-                             f"{torch.__version__}); use --precision fp32")
+            raise BenchError(f"--precision bf16: this machine's bfloat16 kernels compute "
+                             f"{what or 'the ' + type(model).__name__}'s {layer} on {shape} wrongly (relative error "
+                             f"{error:.2g} against float32, torch {torch.__version__}); use --precision fp32")
+    _VERIFIED.setdefault(model, set()).add(tuple(example.shape[1:]))
 
 
 def _layer_error(layer: nn.Module, x: torch.Tensor) -> float:

@@ -101,8 +101,13 @@ def embed_images(model: torch.nn.Module, images: Any, size: int | tuple[int, int
     """
     was_training = model.training
     model.eval()
+    out = []
     with precision.autocast(device):
-        out = torch.cat([model(to_input(chunk, size, device)).float() for chunk in image_batches(images, batch, device)])
+        for chunk in image_batches(images, batch, device):
+            x = to_input(chunk, size, device)
+            precision.verify(model, x)
+            out.append(model(x).float())
+    out = torch.cat(out)
     model.train(was_training)
     return out
 
@@ -112,6 +117,7 @@ def embed(model: torch.nn.Module, inputs: torch.Tensor, batch: int = 512) -> tor
     """Runs a model in eval mode over prepared inputs, in batches; returns [N, D]."""
     was_training = model.training
     model.eval()
+    precision.verify(model, inputs[:batch])
     with precision.autocast(inputs.device):
         out = torch.cat([model(inputs[i : i + batch]).float() for i in range(0, len(inputs), batch)])
     model.train(was_training)

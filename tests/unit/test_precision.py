@@ -143,6 +143,10 @@ def test_verify_refuses_a_kernel_that_computes_bf16_wrongly(monkeypatch):
     message = str(err.value)
     assert message.startswith("--precision bf16: this machine's bfloat16 kernels compute the test model's Conv2d(3, 64")
     assert "on 32x32 inputs wrongly (relative error 0.1" in message and message.endswith("use --precision fp32")
+    # A model that did not train here (read from a cache) is checked when it first embeds.
+    with precision.using("bf16"), pytest.raises(BenchError, match="compute the Conv4's Conv2d"):
+        embed(model.eval(), x)
+    assert torch.equal(embed(model, x), embed(model, x))  # fp32: nothing checked, nothing broken
 
 
 @pytest.mark.parametrize("versions, expected", [
