@@ -39,6 +39,11 @@ the largest value of its output or gradient. Rounding its result to bfloat16 cos
 2^-8 (0.004); torch 2.14.1's oneDNN computes some stride-2 convolutions with an output one
 pixel wide wrongly on AMX CPUs (errors from 0.07 to 1e37), which :func:`verify` refuses."""
 
+VERIFY_IMAGES = 16
+"""Images of a batch :func:`verify` checks layers on: the wrong kernels depend on a layer's input
+size, not on the batch's (batches of 8 and 16 images were equally wrong), and a whole batch
+of a large network's layer inputs would not fit in memory."""
+
 _CURRENT: contextvars.ContextVar[str] = contextvars.ContextVar("bench_precision", default=DEFAULT)
 _VERIFIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Model -> the input shapes (less the batch) its layers were checked on in this process."""
@@ -137,7 +142,8 @@ def verify(model: nn.Module, example: torch.Tensor, what: str = "") -> None:
 
     Args:
         model: The network about to train or run.
-        example: A batch of its inputs, as it will get them (layout included).
+        example: A batch of its inputs, as it will get them (layout included); its first
+            :data:`VERIFY_IMAGES` are used.
         what: The model, for messages (``the few-shot model``; default: its class).
 
     Raises:
@@ -148,6 +154,8 @@ def verify(model: nn.Module, example: torch.Tensor, what: str = "") -> None:
         return
     import torch
     from torch import nn
+
+    example = example[:VERIFY_IMAGES]
 
     seen: dict[nn.Module, torch.Tensor] = {}
     layers = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]

@@ -118,6 +118,7 @@ class RecipeTask(Task):
     """A task whose config extends :class:`Recipe` with the dataset's loader options (``data``)."""
 
     validation: ClassVar[bool] = True
+    precisions: ClassVar[tuple[str, ...]] = ("fp32", "bf16")
 
     def recipe(self) -> Recipe:
         """Returns the training recipe of this profile's (source) models."""

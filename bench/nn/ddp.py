@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import torch
 
+from bench import precision
 from bench.cpus import usable_cpus
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -33,6 +34,9 @@ def run_data_parallel(processes: int, device: torch.device, fn: Callable[..., An
                       backend: str = "auto") -> Any:
     """Runs ``fn(device_of_rank, *args)`` in ``processes`` processes of one process group; returns rank 0's result.
 
+    Every rank computes at the precision in force here (:func:`bench.precision.current`),
+    with TF32 off as in the parent: a spawned process starts with torch's defaults.
+
     Args:
         processes: Processes (ranks); on CUDA, rank ``r`` uses ``cuda:r``.
         device: The run's device (its type picks the devices of the ranks).
@@ -47,13 +51,14 @@ def run_data_parallel(processes: int, device: torch.device, fn: Callable[..., An
         backend = "nccl" if device.type == "cuda" else "gloo"
     with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
         folder = Path(tmp)
-        torch.multiprocessing.spawn(_worker, args=(processes, device.type, backend, folder, fn, args),
-                                    nprocs=processes, join=True)
+        arguments = (processes, device.type, backend, folder, fn, args, precision.current())
+        torch.multiprocessing.spawn(_worker, args=arguments, nprocs=processes, join=True)
         return torch.load(folder / "result.pt", map_location="cpu", weights_only=False)
 
 
 def _worker(rank: int, world: int, device_type: str, backend: str, folder: Path, fn: Callable[..., Any],
-            args: tuple[Any, ...]) -> None:
+            args: tuple[Any, ...], arithmetic: str) -> None:
+    precision.no_tf32()
     share = max(1, usable_cpus() // world)
     os.environ.setdefault("OMP_NUM_THREADS", str(share))
     torch.set_num_threads(share)
@@ -63,7 +68,8 @@ def _worker(rank: int, world: int, device_type: str, backend: str, folder: Path,
     torch.distributed.init_process_group(backend, init_method=(folder / "rendezvous").as_uri(), rank=rank,
                                          world_size=world)
     try:
-        result = fn(device, *args)
+        with precision.using(arithmetic):
+            result = fn(device, *args)
         if rank == 0:
             torch.save(result, folder / "result.tmp")
             os.replace(folder / "result.tmp", folder / "result.pt")

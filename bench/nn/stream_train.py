@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 import torch.utils.data
 
+from bench import precision
 from bench.config import setting
 from bench.cpus import usable_cpus
 from bench.curves import EpochValues
@@ -29,6 +30,8 @@ from bench.interfaces import RunContext
 from bench.nn.images import _fixed_mmap_threshold, image_batches, to_input
 
 AUGMENTS = ("random_resized_crop", "pad_crop", "flip", "none")
+CLASSIFIER = "the classifier"
+"""The trained network, as :func:`bench.precision.verify` names it."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,9 @@ def train_streamed(
 ) -> dict[str, Any]:
     """Trains ``model`` in place on uint8 images; leaves it in eval mode.
 
+    Forward passes run at the precision in force (:mod:`bench.precision`): under bfloat16
+    autocast at bf16, after the model's layers are checked against float32 on this machine.
+
     Args:
         model: Network returning logits, on ``ctx.device`` (wrapped in DDP here when a
             process group is initialised).
@@ -117,7 +123,9 @@ def train_streamed(
         for index, x in zip(mine, _read_batches(images, mine)):
             x = augment_batch(to_input(x.to(ctx.device), None, ctx.device), schedule.augment, input_size, noise)
             y = labels[index].to(ctx.device)
-            logits = net(x)
+            precision.verify(model, x, CLASSIFIER)
+            with precision.autocast(ctx.device):
+                logits = net(x).float()
             if multilabel:
                 loss = F.binary_cross_entropy_with_logits(logits, y.float())
             else:
@@ -135,10 +143,18 @@ def train_streamed(
 
 @torch.no_grad()
 def predict(model: torch.nn.Module, images: Any, input_size: int, device: torch.device, batch: int = 256) -> torch.Tensor:
-    """Returns the model's logits [N, K] (float32, CPU) on uint8 images streamed in order, central view."""
+    """Returns the model's logits [N, K] (float32, CPU) on uint8 images streamed in order, central view.
+
+    At bf16 (:mod:`bench.precision`) the forward passes run under autocast, as in training.
+    """
     model.eval()
-    return torch.cat([model(to_input(chunk, input_size, device)).float().cpu()
-                      for chunk in image_batches(images, batch, device)])
+    logits = []
+    for chunk in image_batches(images, batch, device):
+        x = to_input(chunk, input_size, device)
+        precision.verify(model, x, CLASSIFIER)
+        with precision.autocast(device):
+            logits.append(model(x).float().cpu())
+    return torch.cat(logits)
 
 
 def augment_batch(x: torch.Tensor, kind: str, size: int, generator: torch.Generator) -> torch.Tensor:

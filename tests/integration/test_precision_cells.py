@@ -9,7 +9,10 @@ import torch
 
 from bench.runner import RunConfig, plan, run_cell
 
-TASK_MODELS = {"fewshot_synth_faces": "fewshot.", "reid_synth_persons": "reid."}
+TASK_MODELS = {"fewshot_synth_faces": ("fewshot.",), "reid_synth_persons": ("reid.",),
+               "classify_synth_scenes_obf_obf": ("classify.",),
+               "transfer_synth_scenes_synth_scenes": ("classify.", "transfer.")}
+"""Each benchmark's task models, by the prefix of their curves (a transfer cell trains a source classifier too)."""
 SETTINGS = {"reid_synth_persons": {"task": {"input_size": [64, 32]}}}
 """The smoke profile's 32x16 reID inputs meet a oneDNN bfloat16 bug on AMX CPUs (bench.precision.verify)."""
 

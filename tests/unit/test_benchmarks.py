@@ -169,7 +169,8 @@ def test_list_benchmarks_shows_adversaries_and_targets(capsys):
     assert "preset tasks/presets/fewshot_folder.yaml" in out
     shown = re.split(r"\n  (?=\S)", out)  # one block per benchmark
     mixed = {block.split()[0] for block in shown if "precisions fp32, bf16 (--precision)" in block}
-    assert {"fewshot_celeba", "reid_market1501"} <= mixed and "classify_imagenet_obf_obf" not in mixed
+    assert {"fewshot_celeba", "reid_market1501", "classify_imagenet_obf_obf", "transfer_imagenet_cifar10"} <= mixed
+    assert "dp_vit_cifar10" not in mixed
 
 
 def test_task_classes_made_for_benchmarks_are_tasks():

@@ -38,8 +38,8 @@ def test_fp32_keeps_the_cell_key_and_bf16_makes_another_cell(tmp_path):
 
 @pytest.mark.parametrize("changes, fragment", [
     ({"precision": "fp16"}, "unknown precision 'fp16' (use fp32 or bf16)"),
-    ({"precision": "bf16", "task": "classify_synth_scenes_obf_obf"},
-     "--precision bf16: task 'classify_synth_scenes_obf_obf' computes in fp32 only (use --precision fp32)"),
+    ({"precision": "bf16", "task": "dp_vit_synth_objects"},
+     "--precision bf16: task 'dp_vit_synth_objects' computes in fp32 only (use --precision fp32)"),
 ])
 def test_a_precision_the_task_cannot_compute_at_is_refused_in_planning(tmp_path, changes, fragment):
     with pytest.raises(BenchError) as err:
@@ -49,7 +49,7 @@ def test_a_precision_the_task_cannot_compute_at_is_refused_in_planning(tmp_path,
 
 def test_the_cli_refuses_bf16_for_an_fp32_only_task_with_one_line_and_writes_nothing(tmp_path, capsys):
     results = tmp_path / "results"
-    code = main(["run", "--task", "classify_synth_scenes_obf_obf", "--mechanism", "blur", "--profile", "smoke",
+    code = main(["run", "--task", "dp_vit_synth_objects", "--mechanism", "blur", "--profile", "smoke",
                  "--precision", "bf16", "--results-dir", str(results)])
     err = capsys.readouterr().err
     assert code == 2

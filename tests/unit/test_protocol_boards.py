@@ -284,10 +284,10 @@ def test_a_suite_s_bf16_cells_are_declared_only_for_benchmarks_that_compute_at_b
     from bench.grid import MechanismSpec, Suite
     from bench.runner import RunConfig, plan
 
-    other = "classify_synth_scenes_obf_obf"
+    other = "dp_vit_synth_objects"
     suite = Suite(name="two", profile="smoke", seeds=(0,), benchmarks=(TASK, other),
                   mechanisms=(MechanismSpec("identity"),))
-    cells = declarations_from_suite(suite)[0].cells
+    cells = {key: cell for declared in declarations_from_suite(suite) for key, cell in declared.cells.items()}
     assert len(cells) == 3
     for task, precision in ((TASK, "fp32"), (TASK, "bf16"), (other, "fp32")):
         assert plan(RunConfig(task=task, mechanism="identity", profile="smoke", precision=precision)).key in cells

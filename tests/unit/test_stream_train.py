@@ -7,6 +7,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from bench import precision
 from bench.datasets.shards import ShardedImages, write_tensor
 from bench.interfaces import RunContext
 from bench.nn.ddp import run_data_parallel, world_size
@@ -37,6 +38,12 @@ def _train_rank(device: torch.device, images, labels, schedule: SgdSchedule) -> 
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}, info
 
 
+def _rank_settings(device: torch.device, images, labels, schedule: SgdSchedule) -> tuple[dict, dict]:
+    state, info = _train_rank(device, images, labels, schedule)
+    return state, {**info, "precision": precision.current(),
+                   "tf32": (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)}
+
+
 def test_training_learns_and_records_its_curve():
     images, labels = _data()
     model = _linear()
@@ -62,6 +69,20 @@ def test_ddp_on_two_gloo_processes_matches_one_process():
     assert info["processes"] == 2 and len(info["curve"]["loss"]) == SCHEDULE.epochs
     for k in single:
         torch.testing.assert_close(state[k], single[k], rtol=1e-4, atol=1e-5)
+
+
+def test_ddp_ranks_compute_at_the_precision_in_force_with_tf32_off():
+    images, labels = _data()
+    full, _ = _train_rank(torch.device("cpu"), images, labels, SCHEDULE)
+    with precision.using("bf16"):
+        single, _ = _train_rank(torch.device("cpu"), images, labels, SCHEDULE)
+        state, info = run_data_parallel(2, torch.device("cpu"), _rank_settings, images, labels, SCHEDULE,
+                                        backend="gloo")
+    # A spawned rank starts with torch's defaults (cuDNN's TF32 on) and no precision set.
+    assert info["precision"] == "bf16" and info["tf32"] == (False, False)
+    assert any(not torch.allclose(single[k], full[k], rtol=1e-3, atol=1e-4) for k in single)  # bf16 changed them
+    for k in single:
+        torch.testing.assert_close(state[k], single[k], rtol=1e-2, atol=1e-3)
 
 
 def test_world_size_defaults_to_the_visible_gpus():
