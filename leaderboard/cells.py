@@ -36,6 +36,7 @@ CELL_COLUMNS = [
     "synthetic",
     "dataset_fingerprint",
     "settings",
+    "precision",
     "mechanism",
     "mechanism_version",
     "params",
@@ -248,6 +249,7 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "board": key.id, "board_key": key, "benchmark": key.benchmark, "profile": key.profile,
             "synthetic": key.synthetic, "dataset_fingerprint": key.dataset_fingerprint, "settings": key.settings,
+            "precision": key.precision,
             "mechanism": _text(row["mechanism"]), "mechanism_version": _number(row.get("mechanism_version")),
             "params": params, "params_label": params_label(params), "configuration": canonical_params(params),
             "seed": _number(row.get("seed")), "split": _text(row.get("eval_split"), "test"),

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from leaderboard.boards import Leaderboard
-from leaderboard.protocol import K_MAX, MIN_SEEDS
+from leaderboard.protocol import K_MAX, MIN_SEEDS, precision_suffix
 from leaderboard.table import exploration_table, hardware_note, leaderboard_table, privacy_text, rank_label
 
 __all__ = [
@@ -116,7 +116,8 @@ def render_markdown(leaderboard: Leaderboard) -> str:
     for board in leaderboard.boards:
         key = board.key
         rows = table[table["board"] == key.id]
-        lines += [f"## {markdown_escape(key.benchmark)} · profile {markdown_escape(key.profile)} · "
+        mixed = precision_suffix(key.precision)
+        lines += [f"## {markdown_escape(key.benchmark)} · profile {markdown_escape(key.profile)}{mixed} · "
                   f"{markdown_escape(key.data_label)}", "",
                   f"Settings: {markdown_escape(rows['settings'].iloc[0])}", ""]
         note = hardware_note(board)
@@ -184,11 +185,12 @@ def render_exploration(leaderboard: Leaderboard, width: int = 32) -> str:
         return "No exploration cells: every cell is part of a declared entry.\n"
     headers = ["mechanism", "params", "seed", "split", "utility", "privacy", "reason", "run id"]
     blocks = []
-    for (benchmark, profile, data, settings), group in table.groupby(["benchmark", "profile", "data", "settings"],
-                                                                      sort=True):
+    for (benchmark, profile, data, settings, precision), group in table.groupby(
+            ["benchmark", "profile", "data", "settings", "precision"], sort=True):
         rows = [[terminal_safe(r.mechanism, width), terminal_safe(r.params, 40), fmt(r.seed, 0),
                  terminal_safe(r.split), fmt(r.utility, 4), terminal_safe(privacy_text(r.privacy, r.flag)),
                  terminal_safe(r.reason), terminal_safe(r.run_id, 34)] for r in group.itertuples(index=False)]
-        head = terminal_safe(f"{benchmark} · profile {profile} · {data} · {settings} — exploration, not ranked")
+        head = terminal_safe(f"{benchmark} · profile {profile}{precision_suffix(precision)} · {data} · {settings} — "
+                             "exploration, not ranked")
         blocks.append("\n".join([head, *_columns(headers, rows, {2, 4})]))
     return "\n\n".join(blocks) + "\n"

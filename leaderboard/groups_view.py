@@ -25,6 +25,7 @@ from bench.groups import MIN_GROUP_SIZE, TOO_SMALL, largest_gaps, worst_group
 from bench.report import group_rows
 from bench.scores import TOO_WEAK
 from leaderboard.boards import Board, Leaderboard
+from leaderboard.protocol import precision_suffix
 
 __all__ = ["average_groups", "board_group_tables", "exploration_group_tables", "mechanism_groups"]
 
@@ -142,7 +143,8 @@ def board_group_tables(board: Board, mechanism: str) -> list[dict[str, Any]]:
 
 
 def exploration_group_tables(leaderboard: Leaderboard, mechanism: str) -> list[dict[str, Any]]:
-    """Returns the group tables of a mechanism's exploration cells: one per benchmark, profile, data and configuration.
+    """Returns the group tables of a mechanism's exploration cells: one per benchmark, profile, precision, data and
+    configuration.
 
     Exploration cells are on no board (no declared entry, a validation split, ...); their
     tables are labelled with benchmark, profile and data instead of an entry.
@@ -151,8 +153,9 @@ def exploration_group_tables(leaderboard: Leaderboard, mechanism: str) -> list[d
     if "groups" not in cells or not len(cells):
         return []
     cells = cells[cells["mechanism"] == mechanism]
-    keys = ["benchmark", "profile", "synthetic", "split", "configuration"]
-    return _tables(cells, keys, lambda c: f"{c['benchmark'].iloc[0]} · {c['profile'].iloc[0]} · "
+    keys = ["benchmark", "profile", "precision", "synthetic", "split", "configuration"]
+    return _tables(cells, keys, lambda c: f"{c['benchmark'].iloc[0]} · {c['profile'].iloc[0]}"
+                                          f"{precision_suffix(c['precision'].iloc[0])} · "
                                           f"{'synthetic' if c['synthetic'].iloc[0] else 'real'} data · "
                                           f"{c['split'].iloc[0]} split")
 

@@ -39,6 +39,7 @@ from leaderboard.plot_points import (
     privacy_bar,
     seed_frontiers,
 )
+from leaderboard.protocol import precision_suffix
 from leaderboard.table import rank_label
 
 __all__ = ["data_mark", "frontier_figure", "frontier_plot"]
@@ -57,13 +58,14 @@ def _colours() -> list:
 
 
 def data_mark(board: Board) -> str:
-    """Returns the plot's mark of data and profile: ``SYNTHETIC DATA · profile smoke``.
+    """Returns the plot's mark of data, profile and precision: ``SYNTHETIC DATA · profile smoke``
+    (`` · bf16 mixed precision`` added for a board of such cells).
 
     Args:
         board: The board.
     """
     kind = "SYNTHETIC DATA" if board.key.synthetic else "real data"
-    return terminal_safe(f"{kind} · profile {board.key.profile}", 60)
+    return terminal_safe(f"{kind} · profile {board.key.profile}{precision_suffix(board.key.precision)}", 60)
 
 
 def _style(entry_index: int) -> tuple[Any, str]:

@@ -25,6 +25,7 @@ __all__ = [
     "canonical_params",
     "board_overrides",
     "canonical_settings",
+    "precision_suffix",
     "settings_label",
 ]
 
@@ -103,6 +104,11 @@ def settings_label(settings: str) -> str:
     return f"attacks: {attacks}; settings: {', '.join(overrides) if overrides else 'defaults'}"
 
 
+def precision_suffix(precision: str) -> str:
+    """Returns what a title adds for cells of ``precision``: `` · bf16 mixed precision``, or ``""`` for fp32."""
+    return "" if precision == FULL_PRECISION else f" · {precision} mixed precision"
+
+
 @dataclass(frozen=True)
 class BoardKey:
     """The identity of a board.
@@ -145,6 +151,6 @@ class BoardKey:
     def label(self) -> str:
         """One line naming everything that defines the board."""
         protocol = f" · protocol {self.protocol[:8]}" if self.protocol else ""
-        mixed = "" if self.precision == FULL_PRECISION else f" · {self.precision} mixed precision"
-        return (f"{self.benchmark} · profile {self.profile}{protocol}{mixed} · {self.data_label} · "
+        return (f"{self.benchmark} · profile {self.profile}{protocol}{precision_suffix(self.precision)} · "
+                f"{self.data_label} · "
                 f"{settings_label(self.settings)}")

@@ -27,7 +27,7 @@ from leaderboard.boards import Board, Leaderboard
 from leaderboard.exports import PROTOCOL_LINE, fmt, interval_text, render_markdown, write_csv
 from leaderboard.groups_view import mechanism_groups
 from leaderboard.plot import frontier_plot
-from leaderboard.protocol import settings_label
+from leaderboard.protocol import precision_suffix, settings_label
 from leaderboard.table import (
     exploration_table, hardware_note, leaderboard_table, privacy_text, rank_label, worst_group,
 )
@@ -186,7 +186,7 @@ def _board_cell_rows(board: Board) -> list[dict[str, Any]]:
 def _exploration_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
     return [{
         "benchmark": r.benchmark, "profile": r.profile, "data": r.data, "settings": r.settings,
-        "mechanism": r.mechanism, "params": r.params, "seed": _seed_text(r.seed), "seed_sort": _sort_value(r.seed),
+        "precision": r.precision, "mechanism": r.mechanism, "params": r.params, "seed": _seed_text(r.seed), "seed_sort": _sort_value(r.seed),
         "split": r.split, "utility": fmt(r.utility, 4), "utility_sort": _sort_value(r.utility),
         "privacy": privacy_text(r.privacy, r.flag), "privacy_sort": _sort_value(r.privacy), "flagged": bool(r.flag),
         "claim": r.claim, "reason": r.reason, "source": r.source, "run_id": r.run_id,
@@ -282,8 +282,9 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
         claims = _joined(table.loc[table["mechanism"] == mechanism, "claim_type"])
         board_cells = [{**row, "board": b.key.label, "status": "on a board"} for b in leaderboard.boards
                        for row in _board_cell_rows(b) if b.standing(row["entry"]).mechanism == mechanism]
-        explored = [{**row, "board": f"{row['benchmark']} · profile {row['profile']} · {row['data']} · "
-                                     f"{row['settings']}", "status": f"exploration: {row['reason']}", "entry": "–",
+        explored = [{**row, "board": f"{row['benchmark']} · profile {row['profile']}"
+                                     f"{precision_suffix(row['precision'])} · {row['data']} · {row['settings']}",
+                     "status": f"exploration: {row['reason']}", "entry": "–",
                      "runs": 1}
                     for row in _exploration_rows(explore[explore["mechanism"] == mechanism])]
         groups = mechanism_groups(leaderboard, mechanism, {**{k: f"../{v}" for k, v in board_links.items()},

@@ -4,7 +4,8 @@ A row's utility is the mean over its seeds with a 95% interval (Student t over s
 with one seed, the cell's own logged CI), privacy the mean of the defined scores (flagged
 cells counted, never scored), and its claims typed by unit: the mechanism's and a
 training claim, side by side (``UNBACKED`` where the code cannot back one). Rows of one
-benchmark, profile and data (synthetic or real) form one table, as on the boards.
+benchmark, profile, data (synthetic or real), settings and precision form one table; cells
+computed in bf16 mixed precision are never pooled with fp32 ones.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from scipy import stats
 from bench.errors import BenchError
 from leaderboard.cells import cells_frame, claim_label
 from leaderboard.exports import csv_text, markdown_escape
-from leaderboard.protocol import settings_label
+from leaderboard.protocol import precision_suffix, settings_label
 
 __all__ = ["REPORT_COLUMNS", "report_table", "to_latex", "to_markdown"]
 
-REPORT_COLUMNS = ["benchmark", "profile", "data", "settings", "mechanism", "configuration", "metric", "seeds", "utility",
+REPORT_COLUMNS = ["benchmark", "profile", "data", "settings", "precision", "mechanism",
+                  "configuration", "metric", "seeds", "utility",
                   "utility_ci", "privacy", "privacy_sd", "flagged", "flag", "claim", "training_claim"]
 
 
@@ -52,8 +54,8 @@ def report_table(rows: pd.DataFrame, benchmark: str | None = None, columns: Sequ
     if benchmark is not None:
         cells = cells[cells["benchmark"] == benchmark]
     out = []
-    keys = ["benchmark", "profile", "synthetic", "settings", "mechanism", "params_label", "training_claim"]
-    for (bench_name, profile, synthetic, settings, mechanism, params, training), group in cells.groupby(
+    keys = ["benchmark", "profile", "synthetic", "settings", "precision", "mechanism", "params_label", "training_claim"]
+    for (bench_name, profile, synthetic, settings, arithmetic, mechanism, params, training), group in cells.groupby(
             keys, sort=True, dropna=False):
         per_seed = group.groupby("seed").agg(utility=("utility", "mean"), se=("utility_se", "mean"),
                                              privacy=("privacy", "mean"))
@@ -67,7 +69,8 @@ def report_table(rows: pd.DataFrame, benchmark: str | None = None, columns: Sequ
         out.append({
             **extra,
             "benchmark": bench_name, "profile": profile, "data": "synthetic" if synthetic else "real",
-            "settings": settings_label(settings), "mechanism": mechanism, "configuration": " + ".join(x for x in (params, method) if x) or "defaults",
+            "settings": settings_label(settings), "precision": arithmetic, "mechanism": mechanism,
+            "configuration": " + ".join(x for x in (params, method) if x) or "defaults",
             "metric": group["metric"].iloc[0], "seeds": int(len(per_seed)), "utility": utility, "utility_ci": half,
             "privacy": float(privacy.mean()) if len(privacy) else math.nan,
             "privacy_sd": float(privacy.std(ddof=1)) if len(privacy) > 1 else math.nan,
@@ -146,11 +149,11 @@ def _cells(row: Any, extra: Sequence[str] = ()) -> tuple:
 def _sections(table: pd.DataFrame):
     """Yields (title, column heads, rows of printed cells), one per benchmark, profile, data and settings."""
     extra = _extra_columns(table)
-    for (benchmark, profile, data, settings), rows in table.groupby(["benchmark", "profile", "data", "settings"],
-                                                                     sort=True):
+    for (benchmark, profile, data, settings, precision), rows in table.groupby(
+            ["benchmark", "profile", "data", "settings", "precision"], sort=True):
         heads = ["Mechanism", "Configuration", "Seeds", f"{rows['metric'].iloc[0]} (95% CI)",
                  *(f"{c} (95% CI)" for c in extra), "Privacy (sd)", "Claim", "Training claim"]
-        yield (f"{benchmark} · profile {profile} · {data} data · {settings}", heads,
+        yield (f"{benchmark} · profile {profile}{precision_suffix(precision)} · {data} data · {settings}", heads,
                [_cells(r, extra) for r in _records(rows)])
 
 

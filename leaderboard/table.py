@@ -28,7 +28,8 @@ __all__ = [
 ]
 
 TABLE_COLUMNS = [
-    "board", "benchmark", "profile", "data", "settings", "rank", "tied", "entry", "mechanism", "claim_type",
+    "board", "benchmark", "profile", "data", "settings", "precision",
+    "rank", "tied", "entry", "mechanism", "claim_type",
     "hv_mean", "hv_low", "hv_high", "hv_std", "hv_min", "hv_max", "seeds", "declared_seeds", "configurations",
     "cells", "runs", "flagged", "worst_group_privacy", "worst_group", "status", "tied_with", "suite", "source",
     "hardware",
@@ -40,7 +41,8 @@ BOARD_CELL_COLUMNS = [
 ]
 
 EXPLORATION_COLUMNS = [
-    "benchmark", "profile", "data", "settings", "mechanism", "params", "seed", "split", "metric", "utility", "privacy",
+    "benchmark", "profile", "data", "settings", "precision",
+    "mechanism", "params", "seed", "split", "metric", "utility", "privacy",
     "flag", "claim", "reason", "source", "run_id",
 ]
 
@@ -130,7 +132,7 @@ def hardware_note(board: Board) -> str:
 def _identity(board: Board) -> dict[str, Any]:
     key = board.key
     return {"board": key.id, "benchmark": key.benchmark, "profile": key.profile, "data": key.data_label,
-            "settings": settings_label(key.settings)}
+            "settings": settings_label(key.settings), "precision": key.precision}
 
 
 def _standing_row(board: Board, s: Standing) -> dict[str, Any]:
@@ -155,7 +157,7 @@ def leaderboard_table(leaderboard: Leaderboard) -> pd.DataFrame:
     """Returns one row per entry per board, boards in order, each board ranked first.
 
     Columns are :data:`TABLE_COLUMNS`: the board's identity (``board`` id, ``benchmark``,
-    ``profile``, ``data``, ``settings``), the entry's ``rank`` (<NA> when unranked),
+    ``profile``, ``data``, ``settings``, ``precision``), the entry's ``rank`` (<NA> when unranked),
     ``tied`` (shares its rank), the mean hypervolume over complete seeds with its 95%
     interval (``hv_low``, ``hv_high``) and seed spread (``hv_std``, ``hv_min``,
     ``hv_max``), counts, ``flagged`` cells (privacy undefined), the mean over its cells
@@ -187,10 +189,11 @@ def exploration_table(leaderboard: Leaderboard) -> pd.DataFrame:
     cells = leaderboard.exploration
     rows = [{
         "benchmark": c.benchmark, "profile": c.profile, "data": c.board_key.data_label,
-        "settings": settings_label(c.settings), "mechanism": c.mechanism, "params": params_label(c.params),
+        "settings": settings_label(c.settings), "precision": c.board_key.precision, "mechanism": c.mechanism,
+        "params": params_label(c.params),
         "seed": c.seed, "split": c.split, "metric": c.metric, "utility": c.utility, "privacy": c.privacy,
         "flag": c.flag, "claim": c.claim_label, "reason": c.reason, "source": c.source, "run_id": c.run_id,
     } for c in cells.itertuples(index=False)]
     table = pd.DataFrame(rows, columns=EXPLORATION_COLUMNS)
-    return table.sort_values(["benchmark", "profile", "data", "settings", "mechanism", "params", "seed", "split",
-                              "run_id"], kind="mergesort").reset_index(drop=True)
+    order = ["benchmark", "profile", "data", "settings", "precision", "mechanism", "params", "seed", "split", "run_id"]
+    return table.sort_values(order, kind="mergesort").reset_index(drop=True)

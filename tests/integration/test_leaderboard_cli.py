@@ -141,7 +141,7 @@ def test_exploration_lists_what_is_never_ranked(capsys, board):
     assert re.search(r"\s0\s+test\s+0\.5000\s+attack too weak\s+not a declared configuration", out)
     assert main(lb(board, "show", "--exploration", "--format", "csv")) == 0
     csv = capsys.readouterr().out
-    assert csv.startswith("benchmark,profile,data,settings,mechanism") and csv.count("\n") == 3
+    assert csv.startswith("benchmark,profile,data,settings,precision,mechanism") and csv.count("\n") == 3
 
 
 def test_build_writes_site_markdown_and_csv(capsys, board):
@@ -157,7 +157,7 @@ def test_build_writes_site_markdown_and_csv(capsys, board):
     assert "| 1 | lbsuite/pixelate | pixelate |" in markdown and "<script>" not in markdown
     csv = (site / "leaderboard.csv").read_text()
     header = csv.splitlines()[0].split(",")
-    assert header[:8] == ["board", "benchmark", "profile", "data", "settings", "rank", "tied", "entry"]
+    assert header[:9] == ["board", "benchmark", "profile", "data", "settings", "precision", "rank", "tied", "entry"]
     assert "entry:team <b>" in csv and ",local" in csv
 
 

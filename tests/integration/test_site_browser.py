@@ -266,8 +266,8 @@ def test_exploration_page_lists_unranked_cells(page, site):
     page.locator("a.exploration").click()
     page.wait_for_selector("#exploration")
     rows = _visible_rows(page, "exploration")
-    assert sorted(row[10] for row in rows) == ["not a declared configuration", "tuning cell (validation split)"]
-    assert {row[9] for row in rows} == {"attack too weak", "0.3000"}
+    assert sorted(row[11] for row in rows) == ["not a declared configuration", "tuning cell (validation split)"]
+    assert {row[10] for row in rows} == {"attack too weak", "0.3000"} and {row[4] for row in rows} == {"fp32"}
 
 
 def _rects(page, selector: str) -> dict[str, list[float]]:

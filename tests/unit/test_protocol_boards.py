@@ -311,3 +311,37 @@ def test_two_declarations_with_one_name_stay_two_entries():
     board = the_board(build_leaderboard(pd.DataFrame(rows), declarations))
     assert sorted(s.name for s in board.standings) == ["alpha [entry:alpha]", "alpha [local]"]
     assert board.standing("alpha [local]").estimate.mean > board.standing("alpha [entry:alpha]").estimate.mean
+
+
+def test_bf16_cells_are_never_pooled_or_titled_with_fp32_ones():
+    """Boards, their Markdown, the exploration list and the paper report keep the precisions apart."""
+    from leaderboard.exports import render_exploration
+    from leaderboard.plot import data_mark
+    from leaderboard.report import report_table, to_markdown
+
+    def mixed(r):
+        return {**r, "versions": {"precision": "bf16"}, "cell_key": "bf16-" + r["cell_key"],
+                "run_id": "bf16-" + r["run_id"], "utility": {"acc": r["utility"]["acc"] - 0.2, "acc_ci95": 0.02}}
+
+    rng = np.random.default_rng(7)
+    full = entry_rows("alpha", STRONG, rng)
+    declared = declare("alpha")
+    both = Declaration("alpha", "local", "alpha", "test-suite", "quick", tuple(SEEDS),
+                       {**declared.cells, **{"bf16-" + k: c for k, c in declared.cells.items()}})
+    leaderboard = build_leaderboard(pd.DataFrame(full + [mixed(r) for r in full]), [both])
+    assert len(leaderboard.boards) == 2
+    assert [b.key.precision for b in leaderboard.boards].count("bf16") == 1
+    assert render_markdown(leaderboard).count("· bf16 mixed precision ·") == 1
+    assert sorted(data_mark(b) for b in leaderboard.boards) == [
+        "SYNTHETIC DATA · profile quick", "SYNTHETIC DATA · profile quick · bf16 mixed precision"]
+
+    explored = [row("beta", 0, 0, 0.5, 0.4), mixed(row("beta", 0, 0, 0.5, 0.4))]
+    text = render_exploration(build_leaderboard(pd.DataFrame(explored), []))
+    assert text.count("exploration, not ranked") == 2 and text.count("bf16 mixed precision") == 1
+
+    report = report_table(pd.DataFrame(full + [mixed(r) for r in full]))
+    assert sorted(report["precision"]) == ["bf16"] * 5 + ["fp32"] * 5
+    gap = report[report["precision"] == "fp32"]["utility"].to_numpy() - report[report["precision"] == "bf16"][
+        "utility"].to_numpy()
+    assert np.allclose(gap, 0.2)  # each row pools its own precision's seeds only
+    assert to_markdown(report).count("bf16 mixed precision") == 1
