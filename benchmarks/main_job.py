@@ -8,6 +8,7 @@ release and model caches) and a new TorchInductor cache, in a fresh process. The
 stages of the adaptive adversaries (:data:`ADAPTIVE`).
 
     python benchmarks/main_job.py [--repeats 1] [--compare REV] [--profile quick] [--precision fp32,bf16]
+                                  [--devices cpu,cuda]
 
 With ``--compare REV`` the code at git revision REV (checked out into a temporary
 worktree) runs too, at fp32, alternating with this checkout's, so that before and after
@@ -16,6 +17,9 @@ and whether their metrics are identical. A revision whose results predate
 ``stage_seconds`` shows its total only. ``--precision`` lists the precisions this
 checkout runs at (:mod:`bench.precision`), each timed the same way; bf16 computes other
 numbers, so its metrics are compared with fp32's only to say that they differ.
+``--devices`` lists the devices each precision runs on (``bench run --device``; by default
+none is named and ``bench run`` picks, as the README's job does): ``--devices cpu,cuda`` on
+a GPU machine times the quick cell on the GPU against the same cell on its CPU.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ NOT_INHERITED = ("MLFLOW_TRACKING_URI", "BENCH_RESULTS", "BENCH_CACHE")
 """Settings that would send the cold run's results or caches somewhere warm."""
 
 
-def run_cold(code: Path, profile: str, scratch: Path, precision: str = "fp32") -> dict:
+def run_cold(code: Path, profile: str, scratch: Path, precision: str = "fp32", device: str = "") -> dict:
     """Runs the main job cold with the code under ``code``; returns its result as a dict.
 
     Args:
@@ -51,6 +55,7 @@ def run_cold(code: Path, profile: str, scratch: Path, precision: str = "fp32") -
         scratch: An empty folder for the results, the caches and the compile cache.
         precision: ``fp32`` (the job as the README runs it; code that predates
             ``--precision`` runs it too) or ``bf16``.
+        device: ``cpu``, ``cuda`` (``bench run --device``), or "" for the default choice.
     """
     inherited = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     env = {**inherited, "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"), "MLFLOW_DISABLE_TELEMETRY": "true",
@@ -58,6 +63,7 @@ def run_cold(code: Path, profile: str, scratch: Path, precision: str = "fp32") -
            "PYTHONPATH": os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)}
     results = scratch / "results"
     mixed = [] if precision == "fp32" else ["--precision", precision]
+    mixed += ["--device", device] if device else []
     out = subprocess.run([sys.executable, "-m", "bench", "run", *MAIN_JOB, "--profile", profile, *mixed,
                           "--results-dir", str(results)], cwd=code, env=env, capture_output=True, text=True)
     if out.returncode != 0:
@@ -95,6 +101,14 @@ def budget_line(results: list[dict]) -> str:
             f"{adaptive:.1f} s = {budget:.1f} s: {verdict}")
 
 
+def hardware(result: dict) -> str:
+    """What computed a cell: its GPU's name, or its CPU model and thread count."""
+    versions = result.get("versions") or {}
+    if versions.get("gpu"):
+        return str(versions["gpu"])
+    return f"{versions.get('cpu', result.get('device', 'cpu'))} ({versions.get('cpu_threads', '?')} threads)"
+
+
 def worktree(rev: str, where: Path) -> Path:
     """Checks out ``rev`` into a detached worktree under ``where``; returns its path."""
     path = where / "compare"
@@ -110,27 +124,30 @@ def main() -> None:
     parser.add_argument("--profile", default="quick", help="the job's profile (the README's: quick)")
     parser.add_argument("--precision", default="fp32",
                         help="comma-separated precisions this checkout runs at (default fp32, the README's)")
+    parser.add_argument("--devices", default="",
+                        help="comma-separated devices each precision runs on (default: bench run's choice)")
     args = parser.parse_args()
     precisions = args.precision.split(",")
+    devices = [d for d in args.devices.split(",") if d] or [""]
     scratch = Path(tempfile.mkdtemp(prefix="privbench-main-job-"))
-    codes = {("this checkout" if p == "fp32" else f"this checkout at {p}"): (ROOT, p) for p in precisions}
+    codes = {"this checkout" + ("" if p == "fp32" else f" at {p}") + (f" on {d}" if d else ""): (ROOT, p, d)
+             for d in devices for p in precisions}
     try:
         if args.compare:
-            codes[args.compare] = (worktree(args.compare, scratch), "fp32")
+            codes[args.compare] = (worktree(args.compare, scratch), "fp32", devices[0])
         runs: dict[str, list[dict]] = {label: [] for label in codes}
         for i in range(args.repeats):
-            for n, (label, (code, precision)) in enumerate(codes.items()):
+            for n, (label, (code, precision, device)) in enumerate(codes.items()):
                 place = scratch / f"run-{i}-{n}"
-                runs[label].append(run_cold(code, args.profile, place, precision))
+                runs[label].append(run_cold(code, args.profile, place, precision, device))
                 shutil.rmtree(place, ignore_errors=True)
                 print(f"run {i + 1}/{args.repeats} of {label}: {runs[label][-1]['runtime_s']:.1f} s", file=sys.stderr)
     finally:
         if args.compare:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(scratch / "compare")])
         shutil.rmtree(scratch, ignore_errors=True)
-    first = next(iter(runs.values()))[0]
-    print(f"main job ({args.profile}), cold, on {first['versions'].get('cpu', first['device'])} "
-          f"({first['versions'].get('cpu_threads', '?')} threads)")
+    kinds = dict.fromkeys(hardware(r) for results in runs.values() for r in results)
+    print(f"main job ({args.profile}), cold, on {'; '.join(kinds)}")
     for label, results in runs.items():
         for result in results:
             print(row(label, result))
