@@ -132,10 +132,10 @@ def recorded(versions: Mapping[str, Any] | None) -> str:
 def verify(model: nn.Module, example: torch.Tensor, what: str = "") -> None:
     """At bf16, checks every convolution and linear layer of ``model`` against float32 before it runs.
 
-    The model runs once on ``example`` in float32 (in its current mode, its buffers restored
-    after) to record what each layer receives; each layer then computes its output and both
-    gradients (for one fixed random upstream gradient) in bfloat16 and in float32 from the
-    same bfloat16 values. Training loops call it before the first step, and
+    The model runs once on ``example`` in float32 (in its current mode, its buffers and the
+    random number generators restored after) to record what each layer receives; each
+    layer then computes its output and both gradients (for one fixed random upstream
+    gradient) in bfloat16 and in float32 from the same bfloat16 values. Training loops call it before the first step, and
     :func:`bench.nn.images.embed` before the first batch, so a model read from a cache
     filled elsewhere is checked on this machine too; a model is checked once per input
     size. Nothing happens at fp32.
@@ -165,8 +165,11 @@ def verify(model: nn.Module, example: torch.Tensor, what: str = "") -> None:
 
     hooks = [m.register_forward_hook(record) for m in layers]
     buffers = {name: b.clone() for name, b in model.named_buffers()}
+    # Dropout in training mode draws: the run's random streams continue as if nothing had run.
+    rng_devices = [example.device] if example.device.type == "cuda" else []
     try:
-        with torch.no_grad(), torch.autocast(example.device.type, enabled=False):
+        with torch.no_grad(), torch.autocast(example.device.type, enabled=False), \
+                torch.random.fork_rng(devices=rng_devices, device_type=example.device.type):
             model(example)
     finally:
         for hook in hooks:

@@ -172,3 +172,16 @@ def test_bf16_boards_are_their_own_and_say_so():
     mixed = dataclasses.replace(fp32, precision="bf16")
     assert mixed.id != fp32.id
     assert "bf16 mixed precision" in mixed.label and "precision" not in fp32.label
+
+
+def test_verify_leaves_the_random_streams_and_buffers_as_they_were():
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.BatchNorm1d(8),
+                                torch.nn.Dropout(0.5), torch.nn.Linear(8, 2)).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.manual_seed(3)
+    expected = torch.rand(3)
+    torch.manual_seed(3)
+    with precision.using("bf16"):
+        precision.verify(model, torch.randn(4, 3, 2, 2, generator=torch.Generator().manual_seed(0)))
+    assert torch.equal(torch.rand(3), expected)  # dropout drew inside, on a forked generator
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
