@@ -135,10 +135,10 @@ def verify(model: nn.Module, example: torch.Tensor, what: str = "") -> None:
     The model runs once on ``example`` in float32 (in its current mode, its buffers and the
     random number generators restored after) to record what each layer receives; each
     layer then computes its output and both gradients (for one fixed random upstream
-    gradient) in bfloat16 and in float32 from the same bfloat16 values. Training loops call it before the first step, and
-    :func:`bench.nn.images.embed` before the first batch, so a model read from a cache
-    filled elsewhere is checked on this machine too; a model is checked once per input
-    size. Nothing happens at fp32.
+    gradient) in bfloat16 and in float32 from the same bfloat16 values. Training loops call
+    it before the first step, and :func:`bench.nn.images.embed` before the first batch, so
+    a model read from a cache filled elsewhere is checked on this machine too; a model is
+    checked once per input size. Nothing happens at fp32.
 
     Args:
         model: The network about to train or run.
