@@ -143,8 +143,7 @@ def board_group_tables(board: Board, mechanism: str) -> list[dict[str, Any]]:
 
 
 def exploration_group_tables(leaderboard: Leaderboard, mechanism: str) -> list[dict[str, Any]]:
-    """Returns the group tables of a mechanism's exploration cells: one per benchmark, profile, precision, data and
-    configuration.
+    """Returns a mechanism's exploration group tables: one per benchmark, profile, precision, data and configuration.
 
     Exploration cells are on no board (no declared entry, a validation split, ...); their
     tables are labelled with benchmark, profile and data instead of an entry.

@@ -58,8 +58,9 @@ def _colours() -> list:
 
 
 def data_mark(board: Board) -> str:
-    """Returns the plot's mark of data, profile and precision: ``SYNTHETIC DATA · profile smoke``
-    (`` · bf16 mixed precision`` added for a board of such cells).
+    """Returns the plot's mark of data, profile and precision: ``SYNTHETIC DATA · profile smoke``.
+
+    A board of bf16 cells adds `` · bf16 mixed precision``.
 
     Args:
         board: The board.
