@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from bench import precision
 from bench.config import setting
 from bench.datasets.base import DataShape, Splits
 from bench.errors import BenchError
@@ -240,7 +241,7 @@ def trained_classifier(clean: Splits, released: Release | None, recipe: Recipe, 
 
     def build() -> Classifier:
         torch.manual_seed(init)
-        return Classifier(recipe.arch, classes, recipe.weights).to(ctx.device)
+        return Classifier(recipe.arch, classes, recipe.weights).to(ctx.device, memory_format=precision.memory_format())
 
     def fit(model: Classifier) -> dict[str, Any]:
         ctx.log(f"training the {label} {recipe.arch} on {len(train)} images ({processes} process(es))")
@@ -307,7 +308,7 @@ def _train_rank(device: torch.device, arch: str, classes: int, weights: str | No
                 order: int) -> tuple[dict, dict]:
     """One rank of a data-parallel training (:func:`bench.nn.ddp.run_data_parallel`); returns the weights and facts."""
     torch.manual_seed(init)
-    model = Classifier(arch, classes, weights).to(device)
+    model = Classifier(arch, classes, weights).to(device, memory_format=precision.memory_format())
     ctx = RunContext(device=device, seed=order, profile="", data_root=None, cache_dir=None)  # type: ignore[arg-type]
     info = train_streamed(model, images, labels, schedule, input_size, ctx, order)
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}, info

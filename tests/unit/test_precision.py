@@ -185,3 +185,9 @@ def test_verify_leaves_the_random_streams_and_buffers_as_they_were():
         precision.verify(model, torch.randn(4, 3, 2, 2, generator=torch.Generator().manual_seed(0)))
     assert torch.equal(torch.rand(3), expected)  # dropout drew inside, on a forked generator
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_convolutional_networks_take_channels_last_at_bf16_and_keep_their_layout_at_fp32():
+    assert precision.memory_format() is torch.preserve_format
+    with precision.using("bf16"):
+        assert precision.memory_format() is torch.channels_last
