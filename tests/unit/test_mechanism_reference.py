@@ -597,14 +597,20 @@ def test_chunked_batches_give_the_unchunked_images(name, params, monkeypatch):
     assert torch.equal(make(name, **params).apply(x, generator=streams(7)), whole)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("piece_values", [1 << 20, 3240, 6480])
-def test_face_overlay_mask_path_equals_the_slice_path(monkeypatch, piece_values, threads):
-    """The whole-image mask (GPUs) and the per-box slices (CPU), whole or in pieces of one or two images, agree."""
+@pytest.mark.parametrize("thread_image_values", [1 << 30, 1])
+def test_face_overlay_mask_path_equals_the_slice_path(monkeypatch, piece_values, threads, thread_image_values):
+    """The whole-image mask (GPUs) and the per-box slices (CPU) agree.
+
+    The slices are taken whole or in pieces of one or two images, on one thread, with
+    each piece's copy split over torch's threads, or with threads taking runs of images.
+    """
     from mechanisms import face
     from mechanisms.face import _flatten_boxes, box_mask
 
     monkeypatch.setattr(face, "PIECE_VALUES", piece_values)
+    monkeypatch.setattr(face, "THREAD_IMAGE_VALUES", thread_image_values)
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
     x = photo_like_batch(9, 36, 30, seed=6)
     boxes = face_boxes() * 2 + face_boxes()[2:3]  # the last piece has no boxes
