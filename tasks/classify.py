@@ -240,8 +240,7 @@ def trained_classifier(clean: Splits, released: Release | None, recipe: Recipe, 
     init, order = derive_seed(ctx.seed, "classify", "init"), derive_seed(ctx.seed, "classify", "train")
 
     def build() -> Classifier:
-        torch.manual_seed(init)
-        return Classifier(recipe.arch, classes, recipe.weights).to(ctx.device, memory_format=precision.memory_format())
+        return _new_classifier(recipe.arch, classes, recipe.weights, init, ctx.device)
 
     def fit(model: Classifier) -> dict[str, Any]:
         ctx.log(f"training the {label} {recipe.arch} on {len(train)} images ({processes} process(es))")
@@ -303,12 +302,17 @@ def _weights_key(path: str | None) -> str | None:
     return digest.hexdigest()
 
 
+def _new_classifier(arch: str, classes: int, weights: str | None, init: int, device: torch.device) -> Classifier:
+    """Returns a classifier initialised from seed ``init`` on ``device``, in the precision's memory format."""
+    torch.manual_seed(init)
+    return Classifier(arch, classes, weights).to(device, memory_format=precision.memory_format())
+
+
 def _train_rank(device: torch.device, arch: str, classes: int, weights: str | None, images: Any,
                 labels: torch.Tensor, schedule: SgdSchedule, input_size: int, init: int,
                 order: int) -> tuple[dict, dict]:
     """One rank of a data-parallel training (:func:`bench.nn.ddp.run_data_parallel`); returns the weights and facts."""
-    torch.manual_seed(init)
-    model = Classifier(arch, classes, weights).to(device, memory_format=precision.memory_format())
+    model = _new_classifier(arch, classes, weights, init, device)
     ctx = RunContext(device=device, seed=order, profile="", data_root=None, cache_dir=None)  # type: ignore[arg-type]
     info = train_streamed(model, images, labels, schedule, input_size, ctx, order)
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}, info
