@@ -80,6 +80,28 @@ def metrics(result: dict) -> tuple:
     return result["utility"], result["attacks"], result["privacy"], result["privacy_score"]
 
 
+def flat(value: object, prefix: str = "") -> dict[str, object]:
+    """A nested result value as ``{"a.b.c": leaf}`` (list items by position)."""
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return {prefix: value}
+    out: dict[str, object] = {}
+    for key, item in items:
+        out.update(flat(item, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def differences(mine: dict, theirs: dict) -> list[str]:
+    """The metrics two results do not share, one ``name: mine -> theirs`` line each (absent as ``-``)."""
+    names = ("utility", "attacks", "privacy", "privacy_score")
+    a = flat({n: mine.get(n) for n in names})
+    b = flat({n: theirs.get(n) for n in names})
+    return [f"{k}: {a.get(k, '-')} -> {b.get(k, '-')}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+
+
 def row(label: str, result: dict) -> str:
     """One line: the code's label, the cell's seconds, then each stage's (data, release, task, attacks by name)."""
     stages = result.get("stage_seconds") or {}
@@ -158,6 +180,8 @@ def main() -> None:
         ratio = statistics.median(r["runtime_s"] for r in theirs) / statistics.median(r["runtime_s"] for r in mine)
         same = metrics(mine[0]) == metrics(theirs[0])
         print(f"{label} / {reference}: {ratio:.2f}x (medians); metrics {'identical' if same else 'DIFFER'}")
+        for line in differences(mine[0], theirs[0]):
+            print(f"  {line}")
 
 
 if __name__ == "__main__":

@@ -26,3 +26,12 @@ def test_a_cold_run_reports_every_stage_and_the_budget_counts_the_adaptive_adver
     assert main_job.budget_line([fake(65, 4, 3)]).endswith("= 67.0 s: within it")
     assert main_job.budget_line([{"runtime_s": 50.0}]) == "no stage seconds recorded: budget not computed"
     assert main_job.row("old", {"runtime_s": 50.0}) == "old: cell 50.0 s (stages not recorded)"
+
+
+def test_differing_metrics_are_listed_by_name(benchmark_script):
+    main_job = benchmark_script("main_job")
+    mine = {"utility": {"acc": 0.5, "ci": [0.4, 0.6]}, "attacks": {"face_reid": {"top1": 0.3}}, "privacy_score": 0.7}
+    theirs = {"utility": {"acc": 0.5, "ci": [0.4, 0.61]}, "attacks": {"face_reid": {"top1": 0.3}, "denoise": {"mse": 1}},
+              "privacy_score": 0.7}
+    assert main_job.differences(mine, theirs) == ["attacks.denoise.mse: - -> 1", "utility.ci.1: 0.6 -> 0.61"]
+    assert main_job.differences(mine, mine) == []
