@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,6 +18,11 @@ from bench.interfaces import Mechanism, PrivacyClaim, Release, RunContext
 from bench.streams import Streams
 
 BATCH = 1024
+"""Images per batch on the CPU (and the fewest per batch on an accelerator)."""
+DEVICE_BATCH_VALUES = 1 << 26
+"""Values per batch on an accelerator: short kernels on small batches leave a GPU idle."""
+DEVICE_HOLD_BYTES = 1 << 29
+"""Released bytes an accelerator holds before they go to the host in one copy."""
 
 
 BOX_SOURCES = ("dataset", "detect")
@@ -139,8 +145,8 @@ def benchmark_claim(mechanism: Mechanism, size: tuple[int, int], withheld: tuple
 
 
 def apply_to_split(
-    mechanism: Mechanism, split: ImageSet, ctx: RunContext, purpose: str, batch: int = BATCH, detect: bool = False,
-    path: str | None = None, sink: SplitWriter | None = None,
+    mechanism: Mechanism, split: ImageSet, ctx: RunContext, purpose: str, batch: int | None = None,
+    detect: bool = False, path: str | None = None, sink: SplitWriter | None = None,
 ) -> tuple[torch.Tensor | None, float | None]:
     """Runs a mechanism over a split in batches on the run's device.
 
@@ -150,6 +156,12 @@ def apply_to_split(
     ``eager``; by default what :func:`bench.kernels.choose` picks for the split's size).
     With a ``sink`` the released batches are written to it as they come (a split of any
     size), else they are returned as one tensor.
+
+    On the CPU a batch is :data:`BATCH` images. On an accelerator it is at least that and
+    up to :data:`DEVICE_BATCH_VALUES` values; images go up from pinned memory without
+    blocking, and released batches stay on the device until :data:`DEVICE_HOLD_BYTES`
+    have gathered, which then come back to the host in one copy (:class:`_DeviceHold`),
+    so the device is not made to wait for the host after every batch.
 
     Returns:
         CPU uint8 released images (None with a sink), and the detector's recall against the
@@ -171,19 +183,75 @@ def _apply(mechanism: Mechanism, split: ImageSet, ctx: RunContext, purpose: str,
             recall = detector_recall(detected, boxes)
         boxes = detected
     out = None if sink is not None else torch.empty(tuple(split.images.shape), dtype=torch.uint8)
-    path = path or kernels.choose(ctx.device, split.images.numel())
+    device = torch.device(ctx.device)
+    resident = stays_on_device(device)
+    image_values = max(1, math.prod(split.images.shape[1:]))
+    batch = batch or (max(BATCH, DEVICE_BATCH_VALUES // image_values) if resident else BATCH)
+    path = path or kernels.choose(device, split.images.numel())
+
+    def deliver(start: int, released: torch.Tensor) -> None:
+        if sink is not None:
+            sink.add(released)
+        else:
+            out[start : start + len(released)] = released
+
+    hold = _DeviceHold(deliver, DEVICE_HOLD_BYTES if resident else 0)
     for start in range(0, len(split), batch):
-        images = split.images[start : start + batch].to(ctx.device)
-        streams = Streams.for_images(ctx.seed, purpose, len(images), start=start, device=ctx.device)
-        chunk_boxes = None if boxes is None else [b.to(ctx.device) for b in boxes[start : start + batch]]
+        images = _upload(split.images[start : start + batch], device)
+        streams = Streams.for_images(ctx.seed, purpose, len(images), start=start, device=device)
+        chunk_boxes = None if boxes is None else [b.to(device) for b in boxes[start : start + batch]]
         with kernels.using(path):
             released = mechanism.apply(images, generator=streams, boxes=chunk_boxes)
         _check_output(mechanism, images, released)
-        if sink is not None:
-            sink.add(released.cpu())
-        else:
-            out[start : start + len(images)] = released.cpu()
+        hold.add(start, released)
+    hold.flush()
     return out, recall
+
+
+def stays_on_device(device: torch.device) -> bool:
+    """Whether releases on ``device`` gather there before going to the host (any accelerator; not the CPU)."""
+    return device.type != "cpu"
+
+
+def _upload(images: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU batch on ``device``; to a CUDA device through pinned memory, without blocking the host."""
+    if device.type == "cuda" and images.device.type == "cpu":
+        return images.pin_memory().to(device, non_blocking=True)
+    return images.to(device)
+
+
+class _DeviceHold:
+    """Released batches kept where they were computed until ``limit`` bytes gather, then sent to the host at once.
+
+    With ``limit`` 0 every batch goes to the host as it comes.
+
+    Args:
+        deliver: Called with the split index of the first image and the host uint8 images
+            of consecutive batches, in order.
+        limit: Bytes to gather before a copy to the host.
+    """
+
+    def __init__(self, deliver: Callable[[int, torch.Tensor], None], limit: int):
+        self.deliver, self.limit = deliver, limit
+        self.parts: list[torch.Tensor] = []
+        self.first, self.held = 0, 0
+
+    def add(self, start: int, released: torch.Tensor) -> None:
+        """Holds the batch of images ``start ..``; sends what is held once it reaches the limit."""
+        if not self.parts:
+            self.first = start
+        self.parts.append(released)
+        self.held += released.numel() * released.element_size()
+        if self.held >= self.limit:
+            self.flush()
+
+    def flush(self) -> None:
+        """Sends everything held to the host in one copy."""
+        if not self.parts:
+            return
+        gathered = self.parts[0] if len(self.parts) == 1 else torch.cat(self.parts)
+        self.parts, self.held = [], 0
+        self.deliver(self.first, gathered.cpu())
 
 
 def _check_output(mechanism: Mechanism, images: torch.Tensor, released: torch.Tensor) -> None:

@@ -68,3 +68,60 @@ def test_detected_boxes_report_recall_against_the_dataset_boxes(tmp_path):
     assert all(0.0 <= v <= 1.0 for v in detected.metrics.values())
     assert detected.key != from_dataset.key
     assert make_release(faces, mech, _ctx(tmp_path), boxes="detect").metrics == detected.metrics
+
+
+@pytest.mark.parametrize("hold_images", [1, 3, 100])
+def test_a_release_held_on_the_device_is_the_release_sent_batch_by_batch(tmp_path, monkeypatch, hold_images):
+    """Batches gathered before going to the host (as on an accelerator) give the same images, in order."""
+    from bench import release
+    from bench.datasets.shards import SplitWriter, open_split
+
+    mech, split = mechanisms.get("dp_pix")(epsilon=1, block=2), _splits()["train"]
+    expected, _ = apply_to_split(mech, split, _ctx(tmp_path), "release/train", batch=2)
+    monkeypatch.setattr(release, "stays_on_device", lambda device: True)
+    monkeypatch.setattr(release, "DEVICE_HOLD_BYTES", hold_images * 3 * 16 * 16)
+    delivered: list[int] = []
+    real = release._DeviceHold.flush
+
+    def counting_flush(self):
+        delivered.append(len(self.parts))
+        real(self)
+
+    monkeypatch.setattr(release._DeviceHold, "flush", counting_flush)
+    held, _ = apply_to_split(mech, split, _ctx(tmp_path), "release/train", batch=2)
+    assert torch.equal(held, expected)
+    # 5 batches of 2: a copy to the host once the held images reach hold_images (the last one empty or partial)
+    batches_per_copy = max(1, -(-hold_images // 2))
+    assert sum(delivered) == 5 and max(delivered) == min(5, batches_per_copy)
+    sink = SplitWriter(tmp_path / "sunk", (3, 16, 16))
+    assert apply_to_split(mech, split, _ctx(tmp_path), "release/train", batch=2, sink=sink)[0] is None
+    sink.close()
+    assert torch.equal(open_split(tmp_path / "sunk", (3, 16, 16))[:], expected)
+
+
+def test_an_accelerator_batch_holds_more_images_on_the_device(tmp_path, monkeypatch):
+    """With no batch named, a resident release takes DEVICE_BATCH_VALUES values a batch (at least BATCH images)."""
+    from bench import release
+
+    seen: list[int] = []
+
+    class Spy(Mechanism):
+        def apply(self, images, *, generator, boxes=None):
+            seen.append(len(images))
+            return images.clone()
+
+    split = ImageSet(torch.zeros(2500, 3, 4, 4, dtype=torch.uint8), torch.zeros(2500, dtype=torch.long))
+    apply_to_split(Spy(), split, _ctx(tmp_path), "spy")
+    assert seen == [1024, 1024, 452]
+    seen.clear()
+    monkeypatch.setattr(release, "stays_on_device", lambda device: True)
+    monkeypatch.setattr(release, "DEVICE_BATCH_VALUES", 48 * 2000)
+    apply_to_split(Spy(), split, _ctx(tmp_path), "spy")
+    assert seen == [2000, 500]
+
+
+def test_only_the_cpu_sends_each_batch_to_the_host_as_it_comes():
+    from bench.release import stays_on_device
+
+    assert not stays_on_device(torch.device("cpu"))
+    assert all(stays_on_device(torch.device(kind)) for kind in ("cuda", "cuda:1", "mps", "xpu"))
