@@ -16,6 +16,7 @@ from bench.interfaces import AttackOutcome, RunContext
 from bench.release import make_release
 from bench.runner import RunConfig, plan
 from fixtures.reid_fixtures import write_fairface
+from fixtures.smoke_cells import EMBEDDER_EPOCHS
 
 FEWSHOT_ATTACKS = {"face_reid", "face_reid_adapted", "denoise"}
 
@@ -29,7 +30,7 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
 def _bench_run(capsys, tmp_path: Path, cache: Path, *extra: str) -> dict:
     results = tmp_path / "results"
     code, out, err = _run(capsys, "run", "--task", "fewshot_synth_faces", "--profile", "smoke", "--device", "cpu",
-                          "--results-dir", str(results), "--cache-dir", str(cache), "-q", *extra)
+                          "--results-dir", str(results), "--cache-dir", str(cache), "-q", *EMBEDDER_EPOCHS, *extra)
     assert code == 0, err
     line = next(line for line in out.splitlines() if line.startswith("logged: MLflow run "))
     code, raw, err = _run(capsys, "show", line.split()[3], "--json", "--results-dir", str(results))

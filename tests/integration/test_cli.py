@@ -13,6 +13,7 @@ import pytest
 
 from bench.cli import main
 from bench.tracking import Tracker
+from fixtures.smoke_cells import EMBEDDER_EPOCHS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,7 @@ def _run_id(out: str) -> str:
 def test_run_prints_utility_attack_and_where_it_was_logged(capsys, tmp_path, shared_cache):
     results = tmp_path / "results"
     code, out, err = _run(capsys, *_run_args(results, shared_cache, "--mechanism", "dp_pix", "--param", "epsilon=3",
-                                             "--param", "block=4"))
+                                             "--param", "block=4", *EMBEDDER_EPOCHS))
     assert code == 0, err
     assert "utility.acc *" in out and "±" in out
     assert "attack.face_reid.top1" in out and "privacy_score" in out
