@@ -13,7 +13,7 @@ stages of the adaptive adversaries (:data:`ADAPTIVE`).
 With ``--compare REV`` the code at git revision REV (checked out into a temporary
 worktree) runs too, at fp32, alternating with this checkout's, so that before and after
 are timed on one machine in one session: the ratio of their median cell times is printed,
-and whether their metrics are identical. A revision whose results predate
+and whether their metrics are identical (each one that differs is listed with both values). A revision whose results predate
 ``stage_seconds`` shows its total only. ``--precision`` lists the precisions this
 checkout runs at (:mod:`bench.precision`), each timed the same way; bf16 computes other
 numbers, so its metrics are compared with fp32's only to say that they differ.
@@ -43,6 +43,8 @@ BUDGET_S = 60.0
 STAGES = ("data", "release", "task")
 NOT_INHERITED = ("MLFLOW_TRACKING_URI", "BENCH_RESULTS", "BENCH_CACHE")
 """Settings that would send the cold run's results or caches somewhere warm."""
+METRICS = ("utility", "attacks", "privacy", "privacy_score")
+"""The parts of a result that must not change with speed."""
 
 
 def run_cold(code: Path, profile: str, scratch: Path, precision: str = "fp32", device: str = "") -> dict:
@@ -75,11 +77,6 @@ def run_cold(code: Path, profile: str, scratch: Path, precision: str = "fp32", d
     return json.loads(shown.stdout)
 
 
-def metrics(result: dict) -> tuple:
-    """The numbers that must not change with speed: utility, attacks, privacy."""
-    return result["utility"], result["attacks"], result["privacy"], result["privacy_score"]
-
-
 def flat(value: object, prefix: str = "") -> dict[str, object]:
     """A nested result value as ``{"a.b.c": leaf}`` (list items by position)."""
     if isinstance(value, dict):
@@ -96,9 +93,8 @@ def flat(value: object, prefix: str = "") -> dict[str, object]:
 
 def differences(mine: dict, theirs: dict) -> list[str]:
     """The metrics two results do not share, one ``name: mine -> theirs`` line each (absent as ``-``)."""
-    names = ("utility", "attacks", "privacy", "privacy_score")
-    a = flat({n: mine.get(n) for n in names})
-    b = flat({n: theirs.get(n) for n in names})
+    a = flat({n: mine.get(n) for n in METRICS})
+    b = flat({n: theirs.get(n) for n in METRICS})
     return [f"{k}: {a.get(k, '-')} -> {b.get(k, '-')}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
 
 
@@ -178,9 +174,9 @@ def main() -> None:
     reference, mine = next(iter(runs.items()))
     for label, theirs in list(runs.items())[1:]:
         ratio = statistics.median(r["runtime_s"] for r in theirs) / statistics.median(r["runtime_s"] for r in mine)
-        same = metrics(mine[0]) == metrics(theirs[0])
-        print(f"{label} / {reference}: {ratio:.2f}x (medians); metrics {'identical' if same else 'DIFFER'}")
-        for line in differences(mine[0], theirs[0]):
+        changed = differences(mine[0], theirs[0])
+        print(f"{label} / {reference}: {ratio:.2f}x (medians); metrics {'DIFFER' if changed else 'identical'}")
+        for line in changed:
             print(f"  {line}")
 
 
