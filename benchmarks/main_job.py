@@ -13,10 +13,11 @@ stages of the adaptive adversaries (:data:`ADAPTIVE`).
 With ``--compare REV`` the code at git revision REV (checked out into a temporary
 worktree) runs too, at fp32, alternating with this checkout's, so that before and after
 are timed on one machine in one session: the ratio of their median cell times is printed,
-and whether their metrics are identical (each one that differs is listed with both values). A revision whose results predate
-``stage_seconds`` shows its total only. ``--precision`` lists the precisions this
-checkout runs at (:mod:`bench.precision`), each timed the same way; bf16 computes other
-numbers, so its metrics are compared with fp32's only to say that they differ.
+and whether their metrics are identical (each one that differs is listed with both
+values). A revision whose results predate ``stage_seconds`` shows its total only.
+``--precision`` lists the precisions this checkout runs at (:mod:`bench.precision`), each
+timed the same way; bf16 computes other numbers, so its metrics are compared with fp32's
+only to say that they differ.
 ``--devices`` lists the devices each precision runs on (``bench run --device``; by default
 none is named and ``bench run`` picks, as the README's job does): ``--devices cpu,cuda`` on
 a GPU machine times the quick cell on the GPU against the same cell on its CPU.
