@@ -11,20 +11,20 @@ batch adds is Python per image, and Pillow's calls hold the GIL between their pa
 * face_blur's images (each with the radius of its largest face) are blurred with their
   mask as a fourth band and blended by Pillow's masked paste, with no Python per pixel
   (:func:`composite_layer`);
-* the work is cut into pieces that a pool of torch's thread count runs side by side:
-  Pillow releases the GIL while it filters, and no torch parallel region runs meanwhile
+* the work is cut into pieces that a pool of torch's thread count runs side by side
+  (:func:`mechanisms._threads.run_tasks`): Pillow releases the GIL while it filters, and no torch parallel region runs meanwhile
   whose spinning threads would take the cores from the pool.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Callable
 
 import numpy as np
 import torch
 from PIL import Image, ImageFilter
+
+from mechanisms._threads import run_tasks
 
 CHUNK_VALUES = 1 << 20
 """Most values a piece of work holds: its buffers stay small enough for the allocator to reuse."""
@@ -100,18 +100,6 @@ def plan(radii: np.ndarray, changed: np.ndarray) -> tuple[list[tuple[float, int,
     return runs, np.array(singles, dtype=np.int64)
 
 
-def _run(tasks: list[Callable[[], None]]) -> None:
-    """Runs the tasks over a pool of torch's thread count (in this thread when one is enough)."""
-    threads = min(max(1, torch.get_num_threads()), len(tasks))
-    if threads <= 1:
-        for task in tasks:
-            task()
-        return
-    with ThreadPoolExecutor(threads) as pool:
-        for future in [pool.submit(task) for task in tasks]:
-            future.result()
-
-
 def pil_blur(images: torch.Tensor, radii: np.ndarray, changed: np.ndarray) -> torch.Tensor:
     """Blurs the ``changed`` images like Pillow's ``GaussianBlur(radii[i])``, bit for bit.
 
@@ -150,7 +138,7 @@ def pil_blur(images: torch.Tensor, radii: np.ndarray, changed: np.ndarray) -> to
         tasks += [partial(strip, radius, a, b) for a, b in _spans(first * channels, end * channels, step)]
     step = _step(channels * height * width, len(singles), threads)
     tasks += [partial(bands, a, b) for a, b in _spans(0, len(singles), step)]
-    _run(tasks)
+    run_tasks(tasks)
     if len(singles):
         target.index_copy_(0, picked, torch.from_numpy(loose).permute(0, 3, 1, 2))
     return target
@@ -216,5 +204,5 @@ def pil_blend(images: torch.Tensor, keep: torch.Tensor, rows: np.ndarray, radii:
         target[rows[first:end]] = chosen
 
     step = _step(4 * groups * height * width, len(rows), max(1, torch.get_num_threads()))
-    _run([partial(work, a, b) for a, b in _spans(0, len(rows), step)])
+    run_tasks([partial(work, a, b) for a, b in _spans(0, len(rows), step)])
     return torch.from_numpy(target)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 import torch
@@ -11,6 +11,7 @@ from bench.errors import BenchError
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.registry import register_mechanism
 from mechanisms._blur import blend_blurred
+from mechanisms._threads import run_tasks
 
 OVERLAY_COLOURS: dict[str, tuple[float, float, float]] = {
     "mean": (0.485 * 255, 0.456 * 255, 0.406 * 255),
@@ -23,12 +24,13 @@ OVERLAY_COLOURS: dict[str, tuple[float, float, float]] = {
 _LUMA = (0.299, 0.587, 0.114)
 PIECE_VALUES = 1 << 20
 """Values face_overlay copies and fills at a time on the CPU: a piece stays in cache between the two."""
-THREAD_IMAGE_VALUES = 3 << 16
-"""Values per image (a 256x256 RGB image) from which face_overlay's CPU threads take whole images.
+THREAD_IMAGE_VALUES = 1 << 17
+"""Values per image (about 209x209 RGB) from which face_overlay's CPU threads each copy and fill a run of images.
 
-Below it they share each piece's copy: on 2 cores taking whole images was 1.23x faster
-at 256x256 RGB, 1.19x at 448x448, and 0.78x at 224x224, where per-image Python steps
-contend for the GIL.
+Smaller images are copied and filled on one thread: their per-image Python steps then
+outweigh the copies, and two threads contending for the GIL were slower than one on 2
+cores (0.66x at 128x64 RGB, 0.95x at 160x160, 1.0x at 208x208; 1.28x at 224x224 and
+1.46x at 448x448).
 """
 
 
@@ -107,11 +109,10 @@ def _overlay_on_cpu(images: torch.Tensor, flat: torch.Tensor, owner: torch.Tenso
     """Copies the batch and fills its boxes with ``colour``, on torch's number of threads.
 
     A box is one slice assignment: cheaper than any whole-image mask. Images are copied a
-    piece at a time and their boxes filled while the piece is in cache. With more than one
-    thread, large images (:data:`THREAD_IMAGE_VALUES`) are split between threads that each
-    copy and fill their own run (numpy's copies and fills release the GIL), so the fills
-    run in parallel too; smaller images have each piece's copy split over torch's threads
-    and their fills done in turn.
+    piece at a time (numpy's copy is a memcpy, faster than torch's copy loop on one
+    thread) and their boxes filled while the piece is in cache. With more than one thread,
+    images of :data:`THREAD_IMAGE_VALUES` and more are split between threads that each
+    copy and fill their own run (numpy's copies and fills release the GIL).
 
     Args:
         images: uint8 [N, C, H, W] on the CPU.
@@ -120,36 +121,25 @@ def _overlay_on_cpu(images: torch.Tensor, flat: torch.Tensor, owner: torch.Tenso
         colour: uint8 [C] fill value.
     """
     n, channels, height, width = images.shape
-    source = images.contiguous()
-    out = torch.empty_like(source)
-    pixels, original, value = out.numpy(), source.numpy(), colour.numpy()[:, None, None]
+    out = torch.empty_like(images, memory_format=torch.contiguous_format)
+    pixels, original, value = out.numpy(), images.contiguous().numpy(), colour.numpy()[:, None, None]
     # Truncated corners, ends included (ImageDraw), clipped at 0 (slices clip the far side).
     spans = np.maximum(np.trunc(flat.numpy()).astype(np.int64) + (0, 0, 1, 1), 0).tolist()
     owners, first_box = owner.tolist(), np.searchsorted(owner.numpy(), np.arange(n + 1)).tolist()
     image_values = channels * height * width
     step = max(1, PIECE_VALUES // max(1, image_values))
-    threads = torch.get_num_threads()
-    split_copies = threads > 1 and image_values < THREAD_IMAGE_VALUES
 
     def copy_and_fill(start: int, stop: int) -> None:
         for first in range(start, stop, step):
             end = min(first + step, stop)
-            if split_copies:
-                out[first:end].copy_(source[first:end])
-            else:  # numpy's copy is a memcpy: faster than torch's copy loop on one thread
-                pixels[first:end] = original[first:end]
+            pixels[first:end] = original[first:end]
             for k in range(first_box[first], first_box[end]):
                 x0, y0, x1, y1 = spans[k]
                 pixels[owners[k], :, y0:y1, x0:x1] = value
 
-    workers = 1 if split_copies else min(threads, n)
-    if workers == 1:
-        copy_and_fill(0, n)
-        return out
-    edges = np.linspace(0, n, workers + 1).astype(np.int64).tolist()
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for run in [pool.submit(copy_and_fill, a, b) for a, b in zip(edges[:-1], edges[1:])]:
-            run.result()
+    threads = torch.get_num_threads() if image_values >= THREAD_IMAGE_VALUES else 1
+    edges = np.linspace(0, n, min(threads, n) + 1).astype(np.int64).tolist() if n else [0, 0]
+    run_tasks([partial(copy_and_fill, a, b) for a, b in zip(edges[:-1], edges[1:])], threads)
     return out
 
 

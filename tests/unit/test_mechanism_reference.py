@@ -23,7 +23,7 @@ from bench.registry import mechanisms
 from bench.sheets import sample_sheet
 from bench.streams import Streams
 from bench.testing.references import authors_face_blur
-from mechanisms import _blur, _ops, _pil_blur
+from mechanisms import _blur, _ops, _pil_blur, _threads
 from mechanisms._dp import dp_pix_scale, image_dp_levels, image_dp_scale
 
 SAMPLE_PHOTO = Path(__import__("matplotlib").__file__).parent / "mpl-data" / "sample_data" / "grace_hopper.jpg"
@@ -603,8 +603,8 @@ def test_chunked_batches_give_the_unchunked_images(name, params, monkeypatch):
 def test_face_overlay_mask_path_equals_the_slice_path(monkeypatch, piece_values, threads, thread_image_values):
     """The whole-image mask (GPUs) and the per-box slices (CPU) agree.
 
-    The slices are taken whole or in pieces of one or two images, on one thread, with
-    each piece's copy split over torch's threads, or with threads taking runs of images.
+    The slices are taken whole or in pieces of one or two images, on one thread or with
+    threads taking runs of images.
     """
     from mechanisms import face
     from mechanisms.face import _flatten_boxes, box_mask
@@ -612,6 +612,13 @@ def test_face_overlay_mask_path_equals_the_slice_path(monkeypatch, piece_values,
     monkeypatch.setattr(face, "PIECE_VALUES", piece_values)
     monkeypatch.setattr(face, "THREAD_IMAGE_VALUES", thread_image_values)
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    runs = []
+
+    def counted(tasks, threads):
+        runs.append((len(tasks), threads))
+        _threads.run_tasks(tasks, threads)
+
+    monkeypatch.setattr(face, "run_tasks", counted)
     x = photo_like_batch(9, 36, 30, seed=6)
     boxes = face_boxes() * 2 + face_boxes()[2:3]  # the last piece has no boxes
     mech = make("face_overlay")
@@ -619,3 +626,4 @@ def test_face_overlay_mask_path_equals_the_slice_path(monkeypatch, piece_values,
     mask = box_mask(flat, owner, 9, 36, 30).unsqueeze(1)
     masked = torch.where(mask, mech.fill_value(3).view(1, -1, 1, 1), x)
     assert torch.equal(mech.apply(x, generator=streams(9), boxes=boxes), masked)
+    assert runs == [(threads, threads) if thread_image_values == 1 else (1, 1)]

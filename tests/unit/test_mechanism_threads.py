@@ -1,0 +1,83 @@
+"""The CPU mechanisms' thread pool (mechanisms/_threads.py)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+
+import pytest
+
+from mechanisms import _threads
+from mechanisms._threads import run_tasks
+
+
+def _names(count: int, threads: int) -> list[str]:
+    names = [""] * count
+
+    def task(i: int) -> None:
+        time.sleep(0.01)
+        names[i] = threading.current_thread().name
+
+    run_tasks([lambda i=i: task(i) for i in range(count)], threads)
+    return names
+
+
+def test_tasks_run_on_a_pool_kept_between_calls():
+    first, second = _names(4, 2), _names(4, 2)
+    assert all(name.startswith("bench-mechanism") for name in first + second)
+    assert len(set(first)) == 2  # two tasks at a time, on two threads
+    assert set(second) == set(first)
+
+
+def test_the_pool_has_the_threads_asked_for():
+    assert len(set(_names(6, 3))) == 3
+    assert len(set(_names(6, 2))) == 2
+
+
+def test_one_thread_or_one_task_runs_in_the_calling_thread():
+    here = threading.current_thread().name
+    assert _names(3, 1) == [here] * 3
+    assert _names(1, 4) == [here]
+
+
+def test_a_task_that_runs_tasks_runs_them_in_its_own_thread():
+    inner: list[str] = []
+
+    def outer() -> None:
+        run_tasks([lambda: inner.append(threading.current_thread().name)] * 2, 2)
+        inner.append(threading.current_thread().name)
+
+    run_tasks([outer, outer], 2)  # would wait for itself on a full pool otherwise
+    assert len(inner) == 6 and all(name.startswith("bench-mechanism") for name in inner)
+
+
+def test_an_error_is_raised_once_every_task_has_finished():
+    done = []
+
+    def slow() -> None:
+        time.sleep(0.05)
+        done.append(1)
+
+    def fails() -> None:
+        raise ValueError("bad piece")
+
+    with pytest.raises(ValueError, match="bad piece"):
+        run_tasks([fails, slow, slow], 2)
+    assert len(done) == 2
+
+
+def _child_runs_tasks(queue) -> None:
+    queue.put(len(set(_names(4, 2))))
+
+
+def test_a_forked_child_starts_its_own_pool():
+    _names(2, 2)
+    assert _threads._pool is not None
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_runs_tasks, args=(queue,), daemon=True)
+    child.start()
+    assert queue.get(timeout=30) == 2
+    child.join(60)
+    assert child.exitcode == 0
