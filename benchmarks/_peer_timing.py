@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import statistics
 import time
 
 import bench  # noqa: F401  # first, as the CLI imports it: torch then puts large tensors on huge pages
@@ -54,22 +53,23 @@ class PeerPool:
         self.pool = multiprocessing.get_context("spawn").Pool(workers, _worker_init, (images, boxes))
         self.pool.starmap(time.sleep, [(0.2,)] * (4 * workers))  # wait until every worker is up and idle
 
-    def rate(self, peer, count: int, repeats: int, keep: bool) -> float:
-        """Returns images per second of ``peer`` mapped over the first ``count`` images.
+    def warm(self, peer, keep: bool) -> None:
+        """Runs ``peer`` on two images in every worker (imports, first calls)."""
+        self.pool.starmap(_worker_chunk, [(peer, 0, 2, keep)] * self.workers)
+
+    def seconds(self, peer, count: int, keep: bool) -> float:
+        """Returns the wall time of ``peer`` mapped once over the first ``count`` images.
 
         Each worker gets one contiguous share and, with ``keep``, holds its outputs until
         the share is done.
         """
         edges = np.linspace(0, count, min(count, self.workers) + 1).astype(int)
         tasks = [(peer, int(a), int(b), keep) for a, b in zip(edges[:-1], edges[1:])]
-        self.pool.starmap(_worker_chunk, [(peer, 0, min(2, count), keep)] * self.workers)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            done = sum(self.pool.starmap(_worker_chunk, tasks, chunksize=1))
-            times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        done = sum(self.pool.starmap(_worker_chunk, tasks, chunksize=1))
+        seconds = time.perf_counter() - start
         assert done == count
-        return count / statistics.median(times)
+        return seconds
 
     def close(self) -> None:
         self.pool.terminate()
@@ -79,27 +79,24 @@ class PeerPool:
 # --- one image at a time in this process -------------------------------------------------
 
 
-def peer_rate(peer, images: np.ndarray, boxes: list, repeats: int, budget: float, keep: bool) -> tuple[float, int]:
-    """Times a peer run one image at a time in this process.
+def peer_images(peer, images: np.ndarray, boxes: list, budget: float, keep: bool) -> int:
+    """Returns how many images a per-image peer is timed on, after running it on two.
 
     Args:
         peer: The peer.
         images: H x W x C images; boxes: their face boxes.
-        repeats: Timed runs; the median counts.
-        budget: Seconds per run: two warm-up images estimate the time per image and at most
+        budget: Seconds per run: the two images estimate the time per image and at most
             the images that fit are timed (at least 20; all of them when ``budget`` <= 0).
         keep: Hold every output until the run ends (as a batch does).
-
-    Returns:
-        (images per second, images timed).
     """
+    warm = min(2, len(images))
+    per_image = peer_seconds(peer, images, boxes, warm, keep) / max(1, warm)
+    return len(images) if budget <= 0 else min(len(images), max(20, int(budget / max(per_image, 1e-9))))
+
+
+def peer_seconds(peer, images: np.ndarray, boxes: list, count: int, keep: bool) -> float:
+    """Returns the wall time of one run of a peer, one image at a time in this process, over the first ``count`` images."""
     rng = np.random.default_rng(1)
-
-    def run(count: int) -> float:
-        start = time.perf_counter()
-        run_peer(peer, images, boxes, rng, 0, count, keep)
-        return time.perf_counter() - start
-
-    per_image = run(min(2, len(images))) / min(2, len(images))
-    count = len(images) if budget <= 0 else min(len(images), max(20, int(budget / max(per_image, 1e-9))))
-    return count / statistics.median(run(count) for _ in range(repeats)), count
+    start = time.perf_counter()
+    run_peer(peer, images, boxes, rng, 0, count, keep)
+    return time.perf_counter() - start

@@ -7,13 +7,18 @@ For every mechanism setting and image size (RGB uint8, ``--n`` images) it measur
 per second of
 
 * PrivBench: the registered mechanism's ``apply`` on one [N, 3, H, W] batch at every
-  ``--threads`` count (``torch.set_num_threads``), median of ``--repeats`` after a warm-up;
+  ``--threads`` count (``torch.set_num_threads``);
 * every peer (``benchmarks/_peer_impls.py``: the seeds' per-image numpy, Few-Shot-Privacy's
   ``noise.py``, SEBA's OpenCV functions, Pillow), one image at a time in this process at one
-  thread, and mapped over a pool of ``max(threads)`` processes (one thread each, one share of
-  the images each; the images are sent to the workers when the pool starts and the outputs
-  stay there, so only the mapping is timed). A slow peer is timed on the first images that
-  fit ``--peer-seconds``.
+  thread (torch's and OpenCV's), and mapped over a pool of ``max(threads)`` processes (one
+  thread each, one share of the images each; the images are sent to the workers when the
+  pool starts and the outputs stay there, so only the mapping is timed). A slow peer is
+  timed on the first images that fit ``--peer-seconds``.
+
+The runs are taken in ``--repeats`` interleaved rounds (PrivBench at every thread count,
+then each peer alone and over the pool), each run right after an untimed one of the same
+code, and each rate is the median of its rounds: a drift in the machine's speed falls on
+PrivBench and the peers alike.
 
 A peer holds every output until its run ends, as PrivBench's batch does: releasing N images
 writes N images to memory. Dropping each output before the next image reuses one cached
@@ -39,8 +44,13 @@ import argparse
 import gc
 import importlib.util
 import os
+import statistics
 import sys
+import time
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 # Run as a script, this file's folder comes first on sys.path and benchmarks/mechanisms.py
 # would shadow the ``mechanisms`` package.
@@ -72,7 +82,7 @@ def _load(stem: str):
 impls = _load("_peer_impls")
 timing = _load("_peer_timing")
 tables = _load("_peer_tables")
-PeerPool, peer_rate = timing.PeerPool, timing.peer_rate
+PeerPool, peer_images, peer_seconds = timing.PeerPool, timing.peer_images, timing.peer_seconds
 PeerResult, Row, main_table, peers_table, report = (tables.PeerResult, tables.Row, tables.main_table,
                                                     tables.peers_table, tables.report)
 BM = impls.BM
@@ -118,39 +128,88 @@ def bench_size(size: str, settings: list, args, threads: list[int], pool_ok: boo
     images, boxes_t = BM.make_batch(args.n, 3, h, w), synthetic_boxes(args.n, h, w)
     arr, boxes = np.ascontiguousarray(images.permute(0, 2, 3, 1).numpy()), [b.tolist() for b in boxes_t]
     streams, k, rows = Streams.for_images(0, "benchmark/peers", args.n), min(CHECK_IMAGES, args.n), []
-    pool = PeerPool(arr, boxes, max(threads)) if pool_ok else None
-    path, keep = kernel_path(args.kernels, images.numel()), not args.discard_outputs
+    path = kernel_path(args.kernels, images.numel())
+    batch = PeerBatch(arr, boxes, PeerPool(arr, boxes, max(threads)) if pool_ok else None, not args.discard_outputs)
     try:
         for name, params in settings:
             mech = mechanisms.get(name)(**params)
             use = boxes_t if mech.uses_boxes else None
-            rates = {}
             with kernels.using(path):
-                for t in threads:
-                    torch.set_num_threads(t)
-                    rates[t] = args.n / BM.timed(lambda: mech.apply(images, generator=streams, boxes=use), args.repeats)
                 torch.set_num_threads(1)
                 ours = mech.apply(images[:k], generator=streams[:k], boxes=use[:k] if use else None).permute(0, 2, 3, 1).numpy()
             results = [PeerResult(peer) for peer in impls.peers_for(name, params)]
-            for res in results:
-                peer = res.peer
-                try:
-                    rng = np.random.default_rng(0)
-                    theirs = np.stack([peer(arr[i], boxes[i], rng) for i in range(k)])
-                except Exception as exc:  # a peer that crashes on this size is n/a, not fatal
-                    res.agreement = f"n/a, crashes: {type(exc).__name__}: {exc}"
-                    continue
-                res.agreement, same = impls.agreement(peer, name, mech.config, ours, theirs, arr[:k])
-                res.counts = peer.kind == "distribution" or (peer.kind == "exact" and same)
-                res.rate1, res.images = peer_rate(peer, arr, boxes, args.repeats, args.peer_seconds, keep)
-                if pool:
-                    res.rate_pool = pool.rate(peer, res.images, args.repeats, keep)
+            timed = [res for res in results if check_peer(res, name, mech.config, ours, arr[:k], boxes[:k])]
+            for res in timed:
+                res.images = peer_images(res.peer, arr, boxes, args.peer_seconds, batch.keep)
+            with kernels.using(path):
+                release = partial(mech.apply, images, generator=streams, boxes=use)
+                rates = {t: args.n / s for t, s in time_rounds(release, threads, timed, batch, args.repeats).items()}
             rows.append(Row(label(name, params), name, f"{size} ({path})", rates, results))
             print(f"  {size} {rows[-1].label} done", file=sys.stderr, flush=True)
     finally:
-        if pool:
-            pool.close()
+        if batch.pool:
+            batch.pool.close()
     return rows
+
+
+@dataclass
+class PeerBatch:
+    """What the peers run on at one size: H x W x C images, their boxes, the pool (or None), and whether runs keep their outputs."""
+
+    arr: np.ndarray
+    boxes: list
+    pool: PeerPool | None
+    keep: bool
+
+
+def check_peer(res: PeerResult, name: str, config: dict, ours: np.ndarray, arr: np.ndarray, boxes: list) -> bool:
+    """Runs a peer on the checked images and records whether it counts; False when it crashes there."""
+    rng = np.random.default_rng(0)
+    try:
+        theirs = np.stack([res.peer(arr[i], boxes[i], rng) for i in range(len(arr))])
+    except Exception as exc:  # a peer that crashes on this size is n/a, not fatal
+        res.agreement = f"n/a, crashes: {type(exc).__name__}: {exc}"
+        return False
+    res.agreement, same = impls.agreement(res.peer, name, config, ours, theirs, arr)
+    res.counts = res.peer.kind == "distribution" or (res.peer.kind == "exact" and same)
+    return True
+
+
+def time_rounds(release: Callable[[], object], threads: list[int], timed: list[PeerResult], batch: PeerBatch,
+                repeats: int) -> dict[int, float]:
+    """Times PrivBench and the peers in interleaved rounds; sets the peers' rates.
+
+    Each of ``repeats`` rounds times PrivBench's ``release`` once at every thread count,
+    then every peer once in this process (one thread) and once over the pool, so a drift in
+    the machine's speed (other tenants, the memory bus) falls on all of them alike. Right
+    before each timed run its code runs once untimed (PrivBench on the batch, a peer on two
+    images), so none starts on threads that went idle while the others ran. Every rate is
+    the median of its rounds.
+
+    Returns:
+        PrivBench's median seconds per release at every thread count.
+    """
+    ours: dict[int, list[float]] = {t: [] for t in threads}
+    alone: list[list[float]] = [[] for _ in timed]
+    pooled: list[list[float]] = [[] for _ in timed]
+    for _ in range(repeats):
+        for t in threads:
+            torch.set_num_threads(t)
+            release()
+            start = time.perf_counter()
+            release()
+            ours[t].append(time.perf_counter() - start)
+        torch.set_num_threads(1)
+        for res, seconds, pool_seconds in zip(timed, alone, pooled):
+            peer_seconds(res.peer, batch.arr, batch.boxes, min(2, res.images), batch.keep)
+            seconds.append(peer_seconds(res.peer, batch.arr, batch.boxes, res.images, batch.keep))
+            if batch.pool:
+                batch.pool.warm(res.peer, batch.keep)
+                pool_seconds.append(batch.pool.seconds(res.peer, res.images, batch.keep))
+    for res, seconds, pool_seconds in zip(timed, alone, pooled):
+        res.rate1 = res.images / statistics.median(seconds)
+        res.rate_pool = res.images / statistics.median(pool_seconds) if pool_seconds else None
+    return {t: statistics.median(v) for t, v in ours.items()}
 
 
 def scale_rows(sizes: list[int], repeats: int, mode: str = "release", h: int = 128,
@@ -221,7 +280,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", nargs="+", default=["64x64", "128x64", "224x224", "448x448"], help="HxW sizes (RGB)")
     p.add_argument("--n", type=int, default=300, help="images per size")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs (median) after a warm-up")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved timed rounds (median)")
     p.add_argument("--mechanisms", nargs="+", default=list(dict.fromkeys(n for n, _ in SETTINGS)), help="mechanisms to run")
     p.add_argument("--threads", default="1,2", help="PrivBench's torch thread counts; peers also run as a pool of the largest")
     p.add_argument("--scale-sizes", default="1000,10000,100000", help="batch sizes of the per-value cost section")
@@ -246,10 +305,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not threads or threads[0] < 1:
         raise SystemExit(f"unknown mechanisms {sorted(unknown)} or bad --threads {args.threads!r}")
     outputs = "drop each output" if args.discard_outputs else "keep every output until the run ends"
-    head = [machine(), f"{args.n} images per size, median of {args.repeats} runs; PrivBench at {threads} threads, "
+    head = [machine(), f"{args.n} images per size, median of {args.repeats} interleaved rounds; PrivBench at {threads} threads, "
                        f"peers at 1 thread ({outputs}); PrivBench's elementwise kernels (after each size): "
                        f"{KERNEL_MODES[args.kernels]}"]
-    if impls.cv2 is None:
+    if impls.cv2 is not None:
+        impls.cv2.setNumThreads(1)  # the peers in this process run at one thread, as the pool's workers do
+    else:
         head.append("cv2 is not importable: SEBA's OpenCV peers are skipped (pip install -e '.[bench]')")
     pool_ok = max(threads) > 1 and pool_usable()
     if max(threads) > 1 and not pool_ok:

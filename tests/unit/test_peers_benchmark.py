@@ -166,3 +166,42 @@ def test_a_timed_peer_holds_every_output_until_its_run_ends(keep):
     peers.timing.run_peer(lambda img, boxes, rng: Output(), np.zeros((6, 2, 2, 3), np.uint8), [[]] * 6, None, 1, 6, keep)
     assert most[0] == (5 if keep else 1)
     assert alive[0] == 0
+
+
+def test_privbench_and_the_peers_are_timed_in_interleaved_rounds_each_after_an_untimed_run():
+    peers, calls = load_benchmark("peers"), []
+
+    def release():
+        calls.append(("ours", torch.get_num_threads()))
+
+    class Pool:
+        def warm(self, peer, keep):
+            calls.append(("pool warm", peer.name))
+
+        def seconds(self, peer, count, keep):
+            calls.append(("pool", peer.name, count))
+            return 0.5
+
+    def fn(img, boxes, rng):
+        calls.append("alone")
+        return img
+
+    peer = impls.Peer("SEBA", "test", fn)
+    res = peers.PeerResult(peer, images=3)
+    batch = peers.PeerBatch(np.zeros((4, 2, 2, 3), np.uint8), [[]] * 4, Pool(), True)
+    seconds = peers.time_rounds(release, [1, 2], [res], batch, repeats=2)
+    one_round = [("ours", 1), ("ours", 1), ("ours", 2), ("ours", 2),  # untimed, then timed
+                 *["alone"] * 2, *["alone"] * 3,  # two images untimed, then the three timed
+                 ("pool warm", "SEBA"), ("pool", "SEBA", 3)]
+    assert calls == one_round * 2
+    assert set(seconds) == {1, 2} and res.rate_pool == pytest.approx(3 / 0.5) and res.rate1 > 0
+
+
+def test_peers_main_runs_on_a_tiny_batch(tmp_path, capsys):
+    peers = load_benchmark("peers")
+    out = tmp_path / "peers.md"
+    assert peers.main(["--n", "6", "--repeats", "1", "--sizes", "16x16", "--mechanisms", "pixelate", "face_overlay",
+                       "--skip-scale", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "1 interleaved rounds" in text and "face_overlay" in text and "pixelate b=4" in text
+    assert "| face_overlay |" in out.read_text()
