@@ -125,19 +125,29 @@ def check_shape_device(name: str, params: Mapping[str, Any] | None = None, devic
 
 
 def check_input_untouched(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
-    """Neither the images nor the boxes are modified, and the output is not the input's memory."""
+    """Neither the images nor the boxes are modified, and the output is new memory of its own.
+
+    The output is not the input's memory, and a later call on other images does not write
+    into it: a release keeps earlier batches (on an accelerator, on the device until they
+    are copied out together) while the mechanism runs on the next.
+    """
     cls, _ = build_mechanism(name, params)
     for dev in check_devices(device):
         for case in make_cases(cls, dev):
             images = case.images.clone()
             boxes = None if case.boxes is None else [b.clone() for b in case.boxes]
-            out = apply_case(fitted_mechanism(cls, params, case.public, dev), case)
+            mech = fitted_mechanism(cls, params, case.public, dev)
+            out = apply_case(mech, case)
             if not torch.equal(images, case.images):
                 raise failure(name, "apply() modified its input images")
             if boxes is not None and not all(torch.equal(a, b) for a, b in zip(boxes, case.boxes)):
                 raise failure(name, "apply() modified the boxes it was given")
             if out.numel() and out.untyped_storage().data_ptr() == case.images.untyped_storage().data_ptr():
                 raise failure(name, "apply() returned the input's memory; return a new tensor (e.g. images.clone())")
+            kept = out.clone()
+            apply_case(mech, case, images=255 - images)
+            if not torch.equal(out, kept):
+                raise failure(name, "a later apply() wrote into an earlier call's output; return a new tensor every call")
 
 
 def check_determinism(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:

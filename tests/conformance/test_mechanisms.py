@@ -65,6 +65,16 @@ class _InPlace(Mechanism):
         return images
 
 
+class _ReusedBuffer(Mechanism):
+    """Inverts images into one output buffer that it keeps between calls."""
+
+    def apply(self, images, *, generator, boxes=None):
+        check_batch(self.name, images, generator)
+        if getattr(self, "_out", None) is None or self._out.shape != images.shape:
+            self._out = torch.empty_like(images)
+        return torch.sub(255, images, out=self._out)
+
+
 class _FloatOut(Mechanism):
     """Returns float images and accepts anything."""
 
@@ -113,6 +123,13 @@ def test_claims_that_do_not_hold_fail_the_audit(cls):
 
 def test_in_place_mechanism_fails_input_untouched():
     assert "input_untouched" in failed_checks(_InPlace, "broken_in_place")
+
+
+def test_mechanism_reusing_its_output_fails_input_untouched():
+    with scoped():
+        register_mechanism("broken_reused_buffer")(_ReusedBuffer)
+        failures = run_conformance("broken_reused_buffer", checks=["input_untouched"])
+    assert len(failures) == 1 and "wrote into an earlier call's output" in failures[0], failures
 
 
 def test_float_output_fails_uint8():
