@@ -125,3 +125,17 @@ def test_only_the_cpu_sends_each_batch_to_the_host_as_it_comes():
 
     assert not stays_on_device(torch.device("cpu"))
     assert all(stays_on_device(torch.device(kind)) for kind in ("cuda", "cuda:1", "mps", "xpu"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name,params", [("dp_pix", {"epsilon": 1, "block": 2}), ("gaussian_noise", {"sigma": 20.0}),
+                                         ("pixelate", {"block": 4})])
+def test_a_cuda_release_held_on_the_gpu_equals_one_sent_to_the_host_batch_by_batch(tmp_path, monkeypatch, name, params):
+    from bench import release
+
+    ctx = RunContext(device=torch.device("cuda"), seed=0, profile="smoke", data_root=None, cache_dir=tmp_path)
+    mech, split = mechanisms.get(name)(**params), _splits()["train"]
+    held, _ = apply_to_split(mech, split, ctx, "release/train", batch=3)
+    monkeypatch.setattr(release, "DEVICE_HOLD_BYTES", 1)  # every batch goes to the host on its own
+    sent, _ = apply_to_split(mech, split, ctx, "release/train", batch=3)
+    assert held.device.type == "cpu" and torch.equal(held, sent)

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The GPU path measured in one prepared run (issue 15, item 4), sized for about 6 minutes on one H100
+# (its steps' limits add up to 545 s, under the device tool's 600 s a command; not yet run on a GPU):
+#
+#   benchmarks/gpu_check.sh [OUTDIR]      # logs to OUTDIR, else $OUT (the device tool's folder), else ./gpu_check
+#   DEVICE=cpu QUICK=1 benchmarks/gpu_check.sh /tmp/dry   # the same steps on the CPU, small: checks the script
+#
+# 1. env: the machine, and every import the steps need (stops there, naming what is missing);
+# 2. tests: the tests that also run on CUDA where it is present (every mechanism's
+#    conformance, the release held on the device, the device's random streams);
+# 3. mechanisms: benchmarks/mechanisms.py on the device at 128x64 and 224x224, 10,000 images
+#    resident on it (dp_pix at 128x64: the issue's target is 1 M images/s on an H100);
+# 4. main_job: benchmarks/main_job.py --devices cpu,DEVICE --precision fp32,bf16, the README's
+#    quick cell cold on the CPU and on the GPU at each precision;
+# 5. grid: a 2-cell smoke grid on the processes executor (one worker per visible GPU).
+#
+# Python packages the machine lacks travel as wheels in ./.whl (benchmarks/device_wheels.sh
+# fills it; the device tool carries it with `carry: [".whl"]`): they are installed into
+# /tmp/site, first on PYTHONPATH, and the repository is imported from its root. Each step has
+# its own time limit and log; a failed step does not stop the later ones.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-gpu_check}}
+device=${DEVICE:-cuda}
+python=${PYTHON:-python3}
+mkdir -p "$out"
+scratch=$(mktemp -d)
+export PYTHONUNBUFFERED=1 MLFLOW_DISABLE_TELEMETRY=true MPLCONFIGDIR="$scratch/mpl" \
+  TORCH_HOME="$scratch/torch" HF_HOME="$scratch/hf" TORCHINDUCTOR_CACHE_DIR="$scratch/inductor"
+if [ -d .whl ]; then
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "installing .whl failed" | tee "$out/env.log"; exit 1; }
+  export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+devices=cpu; [ "$device" = cpu ] || devices="cpu,$device"
+if [ -n "${QUICK:-}" ]; then n=300; sizes="64x64"; precisions=fp32; profile=smoke
+else n=10000; sizes="128x64 224x224"; precisions=fp32,bf16; profile=quick; fi
+
+step() {  # step NAME SECONDS COMMAND...: runs it with a time limit, output to the terminal and NAME.log
+  local name=$1 limit=$2; shift 2
+  echo "== $name: $*"
+  local start=$SECONDS
+  timeout "$limit" "$@" 2>&1 | tee "$out/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$out/$name.log"
+  return "$rc"
+}
+
+step env 45 bash -c '
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+  nproc; '"$python"' - <<EOF
+import importlib, sys, torch
+print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available(),
+      torch.cuda.get_device_name() if torch.cuda.is_available() else "")
+missing = []
+for name in ("bench", "mechanisms", "tasks", "attacks", "mlflow", "optuna", "opacus", "facenet_pytorch",
+             "datasets", "torchmetrics", "torchvision", "sklearn", "pandas", "matplotlib", "xxhash", "yaml", "jinja2"):
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        missing.append(f"{name} ({type(exc).__name__}: {exc})")
+if missing:
+    sys.exit("cannot import: " + "; ".join(missing))
+if "$device".startswith("cuda") and not torch.cuda.is_available():
+    sys.exit("no CUDA device")
+EOF' || exit 1
+
+step tests 100 "$python" -m pytest -q -p no:cacheprovider -x tests/conformance/test_mechanisms.py \
+  tests/unit/test_release.py tests/unit/test_secure_streams.py -k "conforms or release or device or cuda"
+step mechanisms 100 "$python" benchmarks/mechanisms.py --device "$device" --n "$n" --sizes $sizes --ref-images 10
+step main_job 240 "$python" benchmarks/main_job.py --devices "$devices" --precision "$precisions" --profile "$profile"
+step grid 60 "$python" -m bench grid --task fewshot_synth_faces --mechanism dp_pix --param epsilon=1,3 \
+  --param block=4 --seeds 0 --profile smoke --device "$device" --executor processes \
+  --results-dir "$scratch/grid" --cache-dir "$scratch/cache"
+rm -rf "$scratch"
