@@ -12,8 +12,9 @@ batch adds is Python per image, and Pillow's calls hold the GIL between their pa
   mask as a fourth band and blended by Pillow's masked paste, with no Python per pixel
   (:func:`composite_layer`);
 * the work is cut into pieces that a pool of torch's thread count runs side by side
-  (:func:`mechanisms._threads.run_tasks`): Pillow releases the GIL while it filters, and no torch parallel region runs meanwhile
-  whose spinning threads would take the cores from the pool.
+  (:func:`mechanisms._threads.run_tasks`): Pillow releases the GIL while it filters, and
+  no torch parallel region runs meanwhile whose spinning threads would take the cores
+  from the pool.
 """
 
 from __future__ import annotations
