@@ -21,7 +21,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gpu_check}}
-device=${DEVICE:-cuda}
+export DEVICE=${DEVICE:-cuda}
+device=$DEVICE
 python=${PYTHON:-python3}
 mkdir -p "$out"
 scratch=$(mktemp -d)
@@ -63,7 +64,7 @@ for name in ("bench", "mechanisms", "tasks", "attacks", "mlflow", "optuna", "opa
         missing.append(f"{name} ({type(exc).__name__}: {exc})")
 if missing:
     sys.exit("cannot import: " + "; ".join(missing))
-if "$device".startswith("cuda") and not torch.cuda.is_available():
+if "$DEVICE".startswith("cuda") and not torch.cuda.is_available():
     sys.exit("no CUDA device")
 EOF' || exit 1
 
