@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import torch
 
@@ -31,16 +31,17 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _pool_of(threads: int) -> ThreadPoolExecutor:
+def _submit(tasks: Sequence[Callable[[], None]], threads: int) -> list[Future]:
+    """Queues the tasks on the pool of ``threads`` threads (made anew when the count changed)."""
     global _pool, _pool_threads
-    with _lock:
+    with _lock:  # no other caller shuts the pool down between these submissions
         if _pool_threads != threads:
             if _pool is not None:
                 _pool.shutdown(wait=False)  # work already queued on it still runs
             _pool = ThreadPoolExecutor(threads, thread_name_prefix="bench-mechanism",
                                        initializer=_mark_worker)
             _pool_threads = threads
-        return _pool
+        return [_pool.submit(task) for task in tasks]
 
 
 def _mark_worker() -> None:
@@ -59,7 +60,7 @@ def run_tasks(tasks: Sequence[Callable[[], None]], threads: int | None = None) -
         for task in tasks:
             task()
         return
-    futures = [_pool_of(wanted).submit(task) for task in tasks]
+    futures = _submit(tasks, wanted)
     wait(futures)  # all of them, so none still writes once an error is raised
     for future in futures:
         future.result()

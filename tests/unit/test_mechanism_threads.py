@@ -81,3 +81,22 @@ def test_a_forked_child_starts_its_own_pool():
     assert queue.get(timeout=30) == 2
     child.join(60)
     assert child.exitcode == 0
+
+
+def test_callers_on_several_threads_with_other_thread_counts_all_finish():
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def caller(threads: int) -> None:
+        for _ in range(20):
+            def task() -> None:
+                with lock:
+                    done.append(threads)
+            run_tasks([task] * 4, threads)
+
+    callers = [threading.Thread(target=caller, args=(t,)) for t in (2, 3, 2, 4)]
+    for c in callers:
+        c.start()
+    for c in callers:
+        c.join(60)
+    assert sorted(done) == sorted([2] * 160 + [3] * 80 + [4] * 80)
