@@ -83,20 +83,42 @@ def test_a_forked_child_starts_its_own_pool():
     assert child.exitcode == 0
 
 
-def test_callers_on_several_threads_with_other_thread_counts_all_finish():
+def _drop_pool() -> None:
+    if _threads._pool is not None:
+        _threads._pool.shutdown()
+    _threads._forget_pool()
+
+
+def test_callers_on_several_threads_with_other_thread_counts_all_finish(monkeypatch):
+    class SlowSubmit(_threads.ThreadPoolExecutor):
+        """Leaves time between a call's submissions for another caller to replace the pool."""
+
+        def submit(self, fn, /, *args, **kwargs):
+            time.sleep(0.002)
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(_threads, "ThreadPoolExecutor", SlowSubmit)
+    _drop_pool()
     done: list[int] = []
     lock = threading.Lock()
+    errors: list[BaseException] = []
 
     def caller(threads: int) -> None:
-        for _ in range(20):
-            def task() -> None:
-                with lock:
-                    done.append(threads)
-            run_tasks([task] * 4, threads)
+        def task() -> None:
+            with lock:
+                done.append(threads)
+
+        try:
+            for _ in range(10):
+                run_tasks([task] * 4, threads)
+        except BaseException as exc:  # e.g. "cannot schedule new futures after shutdown"
+            errors.append(exc)
 
     callers = [threading.Thread(target=caller, args=(t,)) for t in (2, 3, 2, 4)]
     for c in callers:
         c.start()
     for c in callers:
         c.join(60)
-    assert sorted(done) == sorted([2] * 160 + [3] * 80 + [4] * 80)
+    _drop_pool()
+    assert errors == []
+    assert sorted(done) == sorted([2] * 80 + [3] * 40 + [4] * 40)
