@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Downloads into ./.whl the wheels benchmarks/gpu_check.sh installs on a bare device machine
-# (listed in benchmarks/device_wheels.txt: Python 3.12, x86-64 Linux), about 40 MB.
+# (listed in benchmarks/device_wheels.txt: Python 3.12, x86-64 Linux), about 38 MB.
 #
 #   benchmarks/device_wheels.sh            # then carry .whl with the run (the device tool's `carry`)
 set -euo pipefail

@@ -26,6 +26,7 @@ device=$DEVICE
 python=${PYTHON:-python3}
 mkdir -p "$out"
 scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
 export PYTHONUNBUFFERED=1 MLFLOW_DISABLE_TELEMETRY=true MPLCONFIGDIR="$scratch/mpl" \
   TORCH_HOME="$scratch/torch" HF_HOME="$scratch/hf" TORCHINDUCTOR_CACHE_DIR="$scratch/inductor"
 if [ -d .whl ]; then
@@ -75,4 +76,3 @@ step main_job 240 "$python" benchmarks/main_job.py --devices "$devices" --precis
 step grid 60 "$python" -m bench grid --task fewshot_synth_faces --mechanism dp_pix --param epsilon=1,3 \
   --param block=4 --seeds 0 --profile smoke --device "$device" --executor processes \
   --results-dir "$scratch/grid" --cache-dir "$scratch/cache"
-rm -rf "$scratch"
