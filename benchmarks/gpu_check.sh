@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU path measured in one prepared run (issue 15, item 4), sized for about 6 minutes on one H100
-# (its steps' limits add up to 545 s, under the device tool's 600 s a command; not yet run on a GPU):
+# (its steps' limits add up to 555 s, under the device tool's 600 s a command; not yet run on a GPU):
 #
 #   benchmarks/gpu_check.sh [OUTDIR]      # logs to OUTDIR, else $OUT (the device tool's folder), else ./gpu_check
 #   DEVICE=cpu QUICK=1 benchmarks/gpu_check.sh /tmp/dry   # the same steps on the CPU, small: checks the script
@@ -12,7 +12,8 @@
 #    resident on it (dp_pix at 128x64: the issue's target is 1 M images/s on an H100);
 # 4. main_job: benchmarks/main_job.py --devices cpu,DEVICE --precision fp32,bf16, the README's
 #    quick cell cold on the CPU and on the GPU at each precision;
-# 5. grid: a 2-cell smoke grid on the processes executor (one worker per visible GPU).
+# 5. grid: a 2-cell smoke grid on the processes executor (one worker per visible GPU);
+# 6. reid: a smoke reID cell (reid_synth_persons) cold on the CPU at fp32 and on the device at bf16.
 #
 # Python packages the machine lacks travel as wheels in ./.whl (benchmarks/device_wheels.sh
 # fills it; the device tool carries it with `carry: [".whl"]`): they are installed into
@@ -69,10 +70,17 @@ if "$DEVICE".startswith("cuda") and not torch.cuda.is_available():
     sys.exit("no CUDA device")
 EOF' || exit 1
 
-step tests 100 "$python" -m pytest -q -p no:cacheprovider -x tests/conformance/test_mechanisms.py \
+step tests 100 "$python" -m pytest -q -p no:cacheprovider -rfE tests/conformance/test_mechanisms.py \
   tests/unit/test_release.py tests/unit/test_secure_streams.py -k "conforms or release or device or cuda"
 step mechanisms 100 "$python" benchmarks/mechanisms.py --device "$device" --n "$n" --sizes $sizes --ref-images 10
-step main_job 240 "$python" benchmarks/main_job.py --devices "$devices" --precision "$precisions" --profile "$profile"
+step main_job 190 "$python" benchmarks/main_job.py --devices "$devices" --precision "$precisions" --profile "$profile"
 step grid 60 "$python" -m bench grid --task fewshot_synth_faces --mechanism dp_pix --param epsilon=1,3 \
   --param block=4 --seeds 0 --profile smoke --device "$device" --executor processes \
   --results-dir "$scratch/grid" --cache-dir "$scratch/cache"
+step reid 60 bash -c 'for spec in "cpu fp32" "$DEVICE bf16"; do set -- $spec
+  start=$SECONDS
+  '"$python"' -m bench run --task reid_synth_persons --mechanism pixelate --param block=8 --profile smoke \
+    --device "$1" --precision "$2" --results-dir "'"$scratch"'/reid-$1-$2" --cache-dir "'"$scratch"'/reid-cache-$1-$2" \
+    | grep -E "^(runtime|  stages|utility)" || exit 1
+  echo "reid $1 $2: $((SECONDS - start)) s wall"
+done'
