@@ -91,7 +91,13 @@ class Streams:
         return Streams(self.seeds, device)
 
     def seeds_on(self, device: str | torch.device) -> torch.Tensor:
-        """Returns the seeds as a fresh int64 tensor [N] on ``device``, for a fused kernel to draw from."""
+        """Returns the seeds as a fresh int64 tensor [N] on ``device``, for a fused kernel to draw from.
+
+        To a CUDA device they go from pinned memory without blocking the host (a copy from
+        pageable memory would wait for all the work queued before it).
+        """
+        if torch.device(device).type == "cuda" and self.seeds.device.type == "cpu":
+            return self.seeds.pin_memory().to(device, non_blocking=True)
         return self.seeds.to(device, copy=True)
 
     def derive(self, purpose: str) -> "Streams":

@@ -15,12 +15,12 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from mechanisms._ops import chunk_values
 from mechanisms._pil_blur import pil_blend, pil_blur
 
 BACKENDS = ("auto", "pil", "torch")
 """``auto``: Pillow on the CPU, torch elsewhere; ``pil`` and ``torch`` force one (tests)."""
 _BLUR_PASSES = 3
-_BLUR_CHUNK_VALUES = 1 << 20
 _BLUR_SLICE_MAX = 4
 _IDENTITY = (0, 1 << 24, 0)
 
@@ -136,7 +136,7 @@ def _weight_table(radii: np.ndarray) -> np.ndarray:
 def _torch_blur(images: torch.Tensor, table: np.ndarray, changed: np.ndarray) -> torch.Tensor:
     """Blurs the ``changed`` images group by group of one box radius, in chunks of the batch."""
     out = images.clone()
-    chunk = max(1, _BLUR_CHUNK_VALUES // max(1, images[0].numel()))
+    chunk = max(1, chunk_values(images.device) // max(1, images[0].numel()))
     weights = torch.from_numpy(table[:, 1:].astype(np.int32)).to(images.device, non_blocking=True)
     for whole in np.unique(table[changed, 0]).tolist():
         pick = np.flatnonzero(changed & (table[:, 0] == whole))

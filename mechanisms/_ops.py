@@ -20,15 +20,23 @@ _BYTE_REPEAT = {2: 0x0101, 4: 0x01010101, 8: 0x0101010101010101}
 _EVEN_BYTES = 0x00FF00FF
 _PACKED_MAX_BLOCK = 64
 CHUNK_VALUES = 1 << 20
-"""Input values per chunk of a batch. A chunk's intermediates stay below glibc's largest
-mmap threshold, so the allocator hands the same memory back chunk after chunk instead of
-fresh pages (whose faults made the cost per value grow with the batch), and mostly in cache."""
+"""Input values per chunk of a batch on the CPU. A chunk's intermediates stay below glibc's
+largest mmap threshold, so the allocator hands the same memory back chunk after chunk instead
+of fresh pages (whose faults made the cost per value grow with the batch), and mostly in cache."""
+DEVICE_CHUNK_VALUES = 1 << 26
+"""Input values per chunk on an accelerator (a release's batch there, ``bench.release``): a
+chunk's dozens of kernel launches would cost more than their work on 1 M values."""
+
+
+def chunk_values(device: torch.device | str) -> int:
+    """Returns the input values per chunk on ``device``: :data:`CHUNK_VALUES` on the CPU, else :data:`DEVICE_CHUNK_VALUES`."""
+    return CHUNK_VALUES if torch.device(device).type == "cpu" else DEVICE_CHUNK_VALUES
 
 
 def chunks(images: torch.Tensor, values: int | None = None) -> list[slice]:
-    """Returns slices of the batch's first axis holding about ``values`` (default :data:`CHUNK_VALUES`) values each."""
+    """Returns slices of the batch's first axis holding about ``values`` values each (default: :func:`chunk_values`)."""
     n = images.shape[0]
-    step = max(1, (values or CHUNK_VALUES) // max(1, images[0].numel())) if n else 1
+    step = max(1, (values or chunk_values(images.device)) // max(1, images[0].numel())) if n else 1
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 

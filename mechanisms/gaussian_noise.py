@@ -37,7 +37,7 @@ class GaussianNoise(Mechanism):
         """Returns the noisy batch."""
         self.check_inputs(images, generator)
         if len(images) and draws_by_default(generator, "normal"):
-            sigma = torch.tensor(self.config["sigma"], dtype=torch.float32, device=images.device)
+            sigma = torch.full((), self.config["sigma"], dtype=torch.float32, device=images.device)  # no copy from the host
             seeds = generator.seeds_on(images.device)
             out = torch.empty_like(images, memory_format=torch.contiguous_format)
             with deciding(images.device, images.numel()):

@@ -11,45 +11,65 @@ from bench.registry import mechanisms
 from bench.streams import Streams
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
+"""Compiled means Inductor's C++ on the CPU and Triton on CUDA: both must give the eager numbers."""
+
+
 @kernels.kernel
 def _words(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     return rng.words(seeds, counters)
 
 
-def test_compiled_words_are_the_eager_words_exactly():
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_words_are_the_eager_words_exactly(device):
     seeds = Streams.for_images(0, "kernels", 33).seeds
     counters = torch.arange(517)
-    assert kernels.backend("cpu") == "compiled"
+    on_cpu = _words.eager(seeds, counters)
+    seeds, counters = seeds.to(device), counters.to(device)
+    assert kernels.backend(device) == "compiled"
     with kernels.using("compiled"):
-        assert torch.equal(_words(seeds, counters), _words.eager(seeds, counters))
+        compiled = _words(seeds, counters)
+    assert torch.equal(compiled, _words.eager(seeds, counters))
+    assert torch.equal(compiled.cpu(), on_cpu)  # the same integers on every device
 
 
-def test_compiled_draws_match_eager_to_float_precision(monkeypatch: pytest.MonkeyPatch):
+def _draws(streams: Streams) -> tuple[torch.Tensor, ...]:
+    return (streams.normal((3, 40)), streams.laplace((3, 40), torch.float64), streams.uniform((3, 40)),
+            streams.normal((3, 7)))  # an odd count: the last word's sine is not used
+
+
+def _assert_same_draws(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> None:
+    a, b = [x.cpu() for x in a], [x.cpu() for x in b]
+    torch.testing.assert_close(a[0], b[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(a[3], b[3], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(a[1], b[1], rtol=1e-12, atol=1e-12)
+    assert torch.equal(a[2], b[2])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_draws_match_eager_to_float_precision(monkeypatch: pytest.MonkeyPatch, device):
     streams = Streams.for_images(1, "kernels", 17)
     with kernels.using("compiled"):
-        compiled = (streams.normal((3, 40)), streams.laplace((3, 40), torch.float64), streams.uniform((3, 40)),
-                    streams.normal((3, 7)))  # an odd count: the last word's sine is not used
+        compiled = _draws(streams.to(device))
+    assert all(x.device.type == device for x in compiled)
     monkeypatch.setenv(kernels.ENV, "0")
-    assert kernels.backend("cpu") == "eager"
-    eager = (streams.normal((3, 40)), streams.laplace((3, 40), torch.float64), streams.uniform((3, 40)),
-             streams.normal((3, 7)))
-    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(compiled[3], eager[3], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(compiled[1], eager[1], rtol=1e-12, atol=1e-12)
-    assert torch.equal(compiled[2], eager[2])
+    assert kernels.backend(device) == "eager"
+    _assert_same_draws(compiled, _draws(streams.to(device)))
+    _assert_same_draws(compiled, _draws(streams))  # and the CPU's draws
 
 
 @pytest.mark.parametrize(("name", "params"), [("gaussian_noise", {"sigma": 40.0}), ("dp_pix", {"epsilon": 0.5, "block": 2})])
-def test_fused_mechanisms_match_their_eager_runs(monkeypatch: pytest.MonkeyPatch, name: str, params: dict):
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_mechanisms_match_their_eager_runs(monkeypatch: pytest.MonkeyPatch, name: str, params: dict, device):
     images = torch.randint(0, 256, (12, 3, 30, 22), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
     streams = Streams.for_images(2, "kernels", 12)
     mech = mechanisms.get(name)(**params)
     with kernels.using("compiled"):
-        fused = mech.apply(images, generator=streams)
+        fused = mech.apply(images.to(device), generator=streams)
     monkeypatch.setenv(kernels.ENV, "0")
-    eager = mech.apply(images, generator=streams)
-    diff = (fused.int() - eager.int()).abs()
-    assert int(diff.max()) <= 1 and float((diff > 0).float().mean()) < 1e-3
+    for eager in (mech.apply(images.to(device), generator=streams), mech.apply(images, generator=streams)):
+        diff = (fused.cpu().int() - eager.cpu().int()).abs()
+        assert int(diff.max()) <= 1 and float((diff > 0).float().mean()) < 1e-3
 
 
 class _Subclass(Streams):

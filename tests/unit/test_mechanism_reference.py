@@ -193,7 +193,7 @@ def test_blur_per_image_radii_match_pil(backend):
 @pytest.mark.parametrize("backend", ["pil", "torch"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_blur_chunks_large_batches(monkeypatch, backend, threads):
-    monkeypatch.setattr(_blur, "_BLUR_CHUNK_VALUES", 1000)
+    monkeypatch.setattr(_blur, "chunk_values", lambda device: 1000)
     monkeypatch.setattr(_pil_blur, "CHUNK_VALUES", 1000)
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
     x = random_batch(7, 3, 12, 10)
