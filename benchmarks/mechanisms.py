@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter
 
-from bench.kernels import backend as kernel_backend
+from bench import kernels
 from bench.registry import mechanisms
 from bench.streams import Streams
 from bench.testing.mechanisms import synthetic_boxes
@@ -212,7 +212,7 @@ def bench_size(
     copy_time = timed(lambda: images.clone(), max(repeats, 9), device)
     subset = cpu_images[:ref_images].permute(0, 2, 3, 1).numpy()
     sub_boxes = [b.tolist() for b in boxes[:ref_images]]
-    rows = []
+    rows, path = [], kernels.choose(device, images.numel())
     for name in names:
         params = SETTINGS.get(name, {})
         mech = mechanisms.get(name)(**params)
@@ -222,8 +222,8 @@ def bench_size(
         rng = np.random.default_rng(0)
         ref = per_image_rate(lambda x, bx: base.ref(x, bx, rng), subset, sub_boxes) if base.ref else None
         pil = per_image_rate(base.pil, subset, sub_boxes) if base.pil else None
-        rows.append(Row(name, f"{c}x{h}x{w}", n / seconds, ref, pil, seconds / copy_time))
-        print(f"  {name:15s} done", file=sys.stderr, flush=True)
+        rows.append(Row(name, f"{c}x{h}x{w} ({path})", n / seconds, ref, pil, seconds / copy_time))
+        print(f"  {c}x{h}x{w} {name:15s} {n / seconds:,.0f} img/s ({path} kernels)", file=sys.stderr, flush=True)
     return rows
 
 
@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.2f}; batch {args.n} on {where} ({kernel_backend(device)} kernels); "
+          f"load {os.getloadavg()[0]:.2f}; batch {args.n} on {where} (kernels compiled from "
+          f"{kernels.PAYBACK_VALUES:,} values where {device.type} compiles, BENCH_COMPILE); "
           f"per-image baselines on {args.ref_images} images")
     rows = []
     for size in args.sizes:
