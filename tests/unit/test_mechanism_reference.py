@@ -18,6 +18,7 @@ from bench.errors import BenchError
 from bench.cli.mechanisms_cmd import parse_sweeps, settings, show_mechanism
 from bench.faces import detect_boxes, detector_recall
 from bench.datasets.base import ImageSet
+from bench import release
 from bench.interfaces import RunContext
 from bench.registry import mechanisms
 from bench.sheets import sample_sheet
@@ -595,6 +596,15 @@ def test_chunked_batches_give_the_unchunked_images(name, params, monkeypatch):
     monkeypatch.setattr(_ops, "CHUNK_VALUES", 2 * x[0].numel())  # chunks of 2 images, a ragged last one
     assert len(_ops.chunks(x)) == 4
     assert torch.equal(make(name, **params).apply(x, generator=streams(7)), whole)
+
+
+def test_an_accelerator_takes_chunks_of_a_release_batch():
+    assert _ops.chunk_values("cpu") == _ops.CHUNK_VALUES
+    assert _ops.chunk_values("cuda") == _ops.chunk_values(torch.device("cuda", 1)) == _ops.DEVICE_CHUNK_VALUES
+    assert _ops.DEVICE_CHUNK_VALUES == release.DEVICE_BATCH_VALUES  # a release batch is one chunk
+    gpu_sized = torch.empty((10_000, 3, 128, 64), dtype=torch.uint8, device="meta")
+    assert len(_ops.chunks(gpu_sized)) == 4  # 2,730 images of 128x64 each
+    assert len(_ops.chunks(torch.empty(gpu_sized.shape, dtype=torch.uint8))) == 239  # 42 each on the CPU
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
