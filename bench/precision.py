@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
@@ -86,6 +87,19 @@ def no_tf32() -> None:
 
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def reproducible() -> None:
+    """Sets what every cell computes under, in its own process and in each data-parallel rank.
+
+    Deterministic algorithms where PyTorch has them (a warning, not an error, where an op
+    has none), cuBLAS's deterministic workspace, and float32 without TF32 (:func:`no_tf32`).
+    """
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    no_tf32()
 
 
 def current() -> str:

@@ -212,9 +212,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
 def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., Any] | None) -> CellOutput:
     cfg = plan_.config
     started = time.perf_counter()
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    precision.no_tf32()
+    precision.reproducible()
     ctx = RunContext(
         device=plan_.device, seed=cfg.seed, profile=cfg.profile, data_root=cfg.data_root, cache_dir=cfg.cache,
         options={}, eval_split=cfg.split, benchmark=cfg.task, task=plan_.task, log=log, progress=progress or (lambda it, total=None, desc=None: it),

@@ -58,7 +58,7 @@ def run_data_parallel(processes: int, device: torch.device, fn: Callable[..., An
 
 def _worker(rank: int, world: int, device_type: str, backend: str, folder: Path, fn: Callable[..., Any],
             args: tuple[Any, ...], arithmetic: str) -> None:
-    precision.no_tf32()
+    precision.reproducible()  # a spawned rank starts with torch's defaults
     share = max(1, usable_cpus() // world)
     os.environ.setdefault("OMP_NUM_THREADS", str(share))
     torch.set_num_threads(share)

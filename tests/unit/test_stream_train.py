@@ -41,7 +41,8 @@ def _train_rank(device: torch.device, images, labels, schedule: SgdSchedule) -> 
 def _rank_settings(device: torch.device, images, labels, schedule: SgdSchedule) -> tuple[dict, dict]:
     state, info = _train_rank(device, images, labels, schedule)
     return state, {**info, "precision": precision.current(),
-                   "tf32": (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)}
+                   "tf32": (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32),
+                   "deterministic": torch.are_deterministic_algorithms_enabled()}
 
 
 def test_training_learns_and_records_its_curve():
@@ -71,7 +72,7 @@ def test_ddp_on_two_gloo_processes_matches_one_process():
         torch.testing.assert_close(state[k], single[k], rtol=1e-4, atol=1e-5)
 
 
-def test_ddp_ranks_compute_at_the_precision_in_force_with_tf32_off():
+def test_ddp_ranks_compute_at_the_precision_in_force_with_tf32_off_and_deterministic_algorithms():
     images, labels = _data()
     full, _ = _train_rank(torch.device("cpu"), images, labels, SCHEDULE)
     with precision.using("bf16"):
@@ -79,7 +80,7 @@ def test_ddp_ranks_compute_at_the_precision_in_force_with_tf32_off():
         state, info = run_data_parallel(2, torch.device("cpu"), _rank_settings, images, labels, SCHEDULE,
                                         backend="gloo")
     # A spawned rank starts with torch's defaults (cuDNN's TF32 on) and no precision set.
-    assert info["precision"] == "bf16" and info["tf32"] == (False, False)
+    assert info["precision"] == "bf16" and info["tf32"] == (False, False) and info["deterministic"]
     assert any(not torch.allclose(single[k], full[k], rtol=1e-3, atol=1e-4) for k in single)  # bf16 changed them
     for k in single:
         torch.testing.assert_close(state[k], single[k], rtol=1e-2, atol=1e-3)
