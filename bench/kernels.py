@@ -37,6 +37,10 @@ _MODES = ("auto", "0", "1")
 _RECOMPILE_LIMIT = 32
 PAYBACK_VALUES = 10**9
 """Work (values through the kernels) from which compiling pays back on its own cost."""
+DEVICE_BATCH_VALUES = 1 << 26
+"""Values a piece of kernel work holds on an accelerator: a release's batch there
+(:mod:`bench.release`) and a mechanism's chunk (``mechanisms._ops``). Short kernels on small
+batches leave a GPU idle: a chunk launches dozens of them."""
 _failed: dict[str, str] = {}
 _path_here: contextvars.ContextVar[str | None] = contextvars.ContextVar("kernel_path", default=None)
 

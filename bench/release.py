@@ -10,6 +10,7 @@ from typing import Any, Callable
 import torch
 
 from bench import kernels, precision, rng
+from bench.kernels import DEVICE_BATCH_VALUES
 from bench.cache import Cache
 from bench.cells import content_key
 from bench.datasets.base import ImageSet, Splits, content_digest
@@ -19,8 +20,6 @@ from bench.streams import Streams
 
 BATCH = 1024
 """Images per batch on the CPU (and the fewest per batch on an accelerator)."""
-DEVICE_BATCH_VALUES = 1 << 26
-"""Values per batch on an accelerator: short kernels on small batches leave a GPU idle."""
 DEVICE_HOLD_BYTES = 1 << 29
 """Released bytes an accelerator holds before they go to the host in one copy."""
 

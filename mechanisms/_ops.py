@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from bench.kernels import DEVICE_BATCH_VALUES
 from bench.streams import Streams
 
 MAX_BLOCK = 4096
@@ -23,14 +24,12 @@ CHUNK_VALUES = 1 << 20
 """Input values per chunk of a batch on the CPU. A chunk's intermediates stay below glibc's
 largest mmap threshold, so the allocator hands the same memory back chunk after chunk instead
 of fresh pages (whose faults made the cost per value grow with the batch), and mostly in cache."""
-DEVICE_CHUNK_VALUES = 1 << 26
-"""Input values per chunk on an accelerator (a release's batch there, ``bench.release``): a
-chunk's dozens of kernel launches would cost more than their work on 1 M values."""
 
 
 def chunk_values(device: torch.device | str) -> int:
-    """Returns the input values per chunk on ``device``: :data:`CHUNK_VALUES` on the CPU, else :data:`DEVICE_CHUNK_VALUES`."""
-    return CHUNK_VALUES if torch.device(device).type == "cpu" else DEVICE_CHUNK_VALUES
+    """Returns the input values per chunk on ``device``: :data:`CHUNK_VALUES` on the CPU, else a release's batch there
+    (:data:`bench.kernels.DEVICE_BATCH_VALUES`)."""
+    return CHUNK_VALUES if torch.device(device).type == "cpu" else DEVICE_BATCH_VALUES
 
 
 def chunks(images: torch.Tensor, values: int | None = None) -> list[slice]:
