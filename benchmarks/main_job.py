@@ -125,7 +125,8 @@ def hardware(result: dict) -> str:
     versions = result.get("versions") or {}
     if versions.get("gpu"):
         return str(versions["gpu"])
-    return f"{versions.get('cpu', result.get('device', 'cpu'))} ({versions.get('cpu_threads', '?')} threads)"
+    threads = versions.get("cpu_threads")  # absent from the results of revisions older than its record
+    return str(versions.get("cpu", result.get("device", "cpu"))) + (f" ({threads} threads)" if threads else "")
 
 
 def worktree(rev: str, where: Path) -> Path:

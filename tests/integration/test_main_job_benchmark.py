@@ -12,6 +12,7 @@ def test_a_cold_run_reports_every_stage_and_the_budget_counts_the_adaptive_adver
     result = main_job.run_cold(ROOT, "smoke", tmp_path / "run", device="cpu")
     assert result["device"] == "cpu" and main_job.hardware(result).endswith(" threads)")
     assert main_job.hardware({"device": "cuda:0", "versions": {"gpu": "NVIDIA H100 80GB HBM3"}}) == "NVIDIA H100 80GB HBM3"
+    assert main_job.hardware({"device": "cpu", "versions": {"cpu": "AMD EPYC"}}) == "AMD EPYC"  # an older revision
     stages = result["stage_seconds"]
     assert {"data", "release", "task", *main_job.ADAPTIVE} <= set(stages)
     line = main_job.row("this checkout", result)
