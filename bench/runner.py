@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import os
 import sys
 import tempfile
 import time
@@ -204,7 +203,7 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
     Raises:
         BenchError: Missing or malformed data.
     """
-    with recording_reads(plan_.config.verify_data) as reads:
+    with recording_reads(plan_.config.verify_data) as reads, precision.reproducible():
         output = _compute(plan_, log, progress)
     return dataclasses.replace(output, result=dataclasses.replace(output.result, data_reads=reads))
 
@@ -212,7 +211,6 @@ def run_cell(plan_: Plan, log: Callable[[str], None] = lambda msg: None, progres
 def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., Any] | None) -> CellOutput:
     cfg = plan_.config
     started = time.perf_counter()
-    precision.reproducible()
     ctx = RunContext(
         device=plan_.device, seed=cfg.seed, profile=cfg.profile, data_root=cfg.data_root, cache_dir=cfg.cache,
         options={}, eval_split=cfg.split, benchmark=cfg.task, task=plan_.task, log=log, progress=progress or (lambda it, total=None, desc=None: it),

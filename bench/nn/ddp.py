@@ -58,7 +58,6 @@ def run_data_parallel(processes: int, device: torch.device, fn: Callable[..., An
 
 def _worker(rank: int, world: int, device_type: str, backend: str, folder: Path, fn: Callable[..., Any],
             args: tuple[Any, ...], arithmetic: str) -> None:
-    precision.reproducible()  # a spawned rank starts with torch's defaults
     share = max(1, usable_cpus() // world)
     os.environ.setdefault("OMP_NUM_THREADS", str(share))
     torch.set_num_threads(share)
@@ -68,7 +67,7 @@ def _worker(rank: int, world: int, device_type: str, backend: str, folder: Path,
     torch.distributed.init_process_group(backend, init_method=(folder / "rendezvous").as_uri(), rank=rank,
                                          world_size=world)
     try:
-        with precision.using(arithmetic):
+        with precision.reproducible(), precision.using(arithmetic):  # a spawned rank starts with torch's defaults
             result = fn(device, *args)
         if rank == 0:
             torch.save(result, folder / "result.tmp")

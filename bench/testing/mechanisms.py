@@ -38,6 +38,7 @@ import torch
 from bench.audit.conformance import register_audit_params
 from bench.errors import BenchError
 from bench.interfaces import Param, PrivacyClaim
+from bench.precision import reproducible
 from bench.testing._mechanism_cases import (
     ConformanceError,
     apply_case,
@@ -61,6 +62,7 @@ __all__ = [
     "check_claim_wellformed",
     "check_claimed_noise",
     "check_determinism",
+    "check_initialised_output",
     "check_input_untouched",
     "check_param_validation",
     "check_shape_device",
@@ -165,6 +167,36 @@ def check_determinism(name: str, params: Mapping[str, Any] | None = None, device
                 raise failure(name, "a fresh instance with equal streams gave a different output (hidden state or unseeded fit)")
 
 
+def _leave_written_memory(device: torch.device, values: int) -> None:
+    """Allocates and frees buffers holding 7s of up to 16 bytes per value, so that the allocator hands them out next."""
+    held = [torch.full((values * size,), 7, dtype=torch.uint8, device=device) for size in (1, 2, 3, 4, 8, 12, 16)]
+    del held
+
+
+def check_initialised_output(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
+    """Every output value is computed: the output is the same whatever memory ``torch.empty`` hands out.
+
+    Cells run without PyTorch's fill of new memory (:func:`bench.precision.reproducible`),
+    so a value read from memory the mechanism never wrote would be what an earlier tensor
+    left there. The mechanism runs once with PyTorch filling new memory (NaN, or a type's
+    largest value) and once right after buffers holding other values were freed; the two
+    outputs must be equal.
+    """
+    cls, _ = build_mechanism(name, params)
+    for dev in check_devices(device):
+        for case in make_cases(cls, dev):
+            mech = fitted_mechanism(cls, params, case.public, dev)
+            with reproducible():  # as in a cell, and as the caller had it after the block
+                torch.utils.deterministic.fill_uninitialized_memory = True
+                filled = apply_case(mech, case)
+                torch.utils.deterministic.fill_uninitialized_memory = False
+                _leave_written_memory(dev, case.images.numel())
+                unfilled = apply_case(mech, case)
+            if not torch.equal(filled, unfilled):
+                raise failure(name, "its output depends on memory it never wrote (a buffer from torch.empty read "
+                                    "before every value was set): write the whole buffer, or use torch.zeros")
+
+
 def check_batch_independence(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
     """A batch equals its images processed one by one with their own streams ``streams[i]``."""
     cls, _ = build_mechanism(name, params)
@@ -249,6 +281,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "shape_device": check_shape_device,
     "input_untouched": check_input_untouched,
     "determinism": check_determinism,
+    "initialised_output": check_initialised_output,
     "batch_independence": check_batch_independence,
     "param_validation": check_param_validation,
     "boxes_required": check_boxes_required,

@@ -75,6 +75,16 @@ class _ReusedBuffer(Mechanism):
         return torch.sub(255, images, out=self._out)
 
 
+class _HalfWritten(Mechanism):
+    """Inverts images into a fresh buffer but forgets its last row."""
+
+    def apply(self, images, *, generator, boxes=None):
+        check_batch(self.name, images, generator)
+        out = torch.empty_like(images)
+        torch.sub(255, images[..., :-1, :], out=out[..., :-1, :])
+        return out
+
+
 class _FloatOut(Mechanism):
     """Returns float images and accepts anything."""
 
@@ -130,6 +140,13 @@ def test_mechanism_reusing_its_output_fails_input_untouched():
         register_mechanism("broken_reused_buffer")(_ReusedBuffer)
         failures = run_conformance("broken_reused_buffer", checks=["input_untouched"])
     assert len(failures) == 1 and "wrote into an earlier call's output" in failures[0], failures
+
+
+def test_mechanism_leaving_part_of_its_output_unwritten_fails_initialised_output():
+    with scoped():
+        register_mechanism("broken_half_written")(_HalfWritten)
+        failures = run_conformance("broken_half_written", checks=["initialised_output"])
+    assert len(failures) == 1 and "depends on memory it never wrote" in failures[0], failures
 
 
 def test_float_output_fails_uint8():

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench import runner
 from bench.runner import RunConfig, plan, run_cell
 
 TASK_MODELS = {"fewshot_synth_faces": ("fewshot.",), "reid_synth_persons": ("reid.",),
@@ -26,11 +27,19 @@ def _cell(task: str, cache: Path, tmp_path: Path, precision: str):
 
 
 @pytest.mark.parametrize("task", sorted(TASK_MODELS))
-def test_a_bf16_cell_trains_its_task_in_mixed_precision_and_nothing_else(task, tmp_path, shared_cache):
+def test_a_bf16_cell_trains_its_task_in_mixed_precision_and_nothing_else(task, tmp_path, shared_cache, monkeypatch):
+    def settings():
+        return (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+                torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory)
+
+    seen, release, callers = [], runner.make_release, settings()
+    monkeypatch.setattr(runner, "make_release",
+                        lambda *args, **kwargs: seen.append(settings()) or release(*args, **kwargs))
     key, full = _cell(task, shared_cache, tmp_path, "fp32")
     mixed_key, mixed = _cell(task, shared_cache, tmp_path, "bf16")
     assert mixed_key != key
-    assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32  # fp32 on GPUs too
+    assert seen == [(False, False, True, False)] * 2  # fp32 on GPUs too (no TF32), deterministic, no fill of new memory
+    assert settings() == callers
     assert full.result.versions["precision"] == "fp32" and mixed.result.versions["precision"] == "bf16"
     for name, split in full.release.splits.sets.items():
         assert torch.equal(split.images, mixed.release.splits[name].images), name

@@ -191,3 +191,13 @@ def test_convolutional_networks_take_channels_last_at_bf16_and_keep_their_layout
     assert precision.memory_format() is torch.preserve_format
     with precision.using("bf16"):
         assert precision.memory_format() is torch.channels_last
+
+
+def test_a_cell_computes_deterministically_without_filling_new_memory_and_restores_the_callers_settings():
+    before = (torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory,
+              torch.backends.cudnn.allow_tf32)
+    with precision.reproducible():
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        assert not torch.utils.deterministic.fill_uninitialized_memory and not torch.backends.cudnn.allow_tf32
+    assert (torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory,
+            torch.backends.cudnn.allow_tf32) == before

@@ -42,7 +42,8 @@ def _rank_settings(device: torch.device, images, labels, schedule: SgdSchedule) 
     state, info = _train_rank(device, images, labels, schedule)
     return state, {**info, "precision": precision.current(),
                    "tf32": (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32),
-                   "deterministic": torch.are_deterministic_algorithms_enabled()}
+                   "deterministic": torch.are_deterministic_algorithms_enabled(),
+                   "fills_new_memory": torch.utils.deterministic.fill_uninitialized_memory}
 
 
 def test_training_learns_and_records_its_curve():
@@ -81,6 +82,7 @@ def test_ddp_ranks_compute_at_the_precision_in_force_with_tf32_off_and_determini
                                         backend="gloo")
     # A spawned rank starts with torch's defaults (cuDNN's TF32 on) and no precision set.
     assert info["precision"] == "bf16" and info["tf32"] == (False, False) and info["deterministic"]
+    assert not info["fills_new_memory"]
     assert any(not torch.allclose(single[k], full[k], rtol=1e-3, atol=1e-4) for k in single)  # bf16 changed them
     for k in single:
         torch.testing.assert_close(state[k], single[k], rtol=1e-2, atol=1e-3)
