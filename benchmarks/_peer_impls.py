@@ -72,7 +72,8 @@ class Peer:
     """One peer implementation of a mechanism.
 
     Attributes:
-        name: Whose code: ``seeds``, ``fewshot``, ``SEBA`` or ``PIL``.
+        name: Whose code: ``seeds``, ``fewshot``, ``SEBA`` or ``PIL``; ``bound`` for a
+            reference that is no peer (the least work any implementation does).
         what: The implementation in a few words.
         fn: Module-level function ``(img, boxes, rng, **params) -> img`` (picklable).
         params: Keyword arguments for ``fn``.
@@ -210,6 +211,11 @@ def cv2_face_overlay(img, boxes, rng):
     return out
 
 
+def copy_alone(img, boxes, rng):
+    """The image copied, its boxes left as they are: what any face_overlay returning new images does at least."""
+    return img.copy()
+
+
 # --- PIL --------------------------------------------------------------------------------
 
 
@@ -272,6 +278,8 @@ def peers_for(name: str, params: dict) -> list[Peer]:
         "face_overlay": [
             Peer("PIL", "ImageDraw.rectangle", pil_face_overlay),
             cv and Peer("SEBA", "cv2.rectangle", cv2_face_overlay),
+            Peer("bound", "copy alone, boxes not filled", copy_alone, {}, "different",
+                 "the memory traffic of any overlay that returns new images, without its fill"),
         ],
     }
     return [peer for peer in table.get(name, []) if peer]
