@@ -1,7 +1,9 @@
-"""Cells at bf16: the task's networks train in mixed precision; adversaries and releases do not change."""
+"""How cells compute: at bf16 the task's networks train in mixed precision while adversaries and releases do not
+change; without PyTorch's fill of new memory the numbers are the same as with it."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,48 @@ def test_a_bf16_run_is_logged_shown_and_listed_as_bf16_beside_its_fp32_twin(tmp_
     run = mlflow.MlflowClient(f"sqlite:///{results / 'mlflow.db'}").get_run(mixed["run_id"])
     assert run.data.params["precision"] == "bf16" and run.data.tags["bench.version.precision"] == "bf16"
     assert run.info.run_name.endswith(" · bf16")
+
+
+FILL_CELLS = {
+    "fewshot_synth_faces": ("dp_pix", {"epsilon": 3, "block": 4}),
+    "reid_synth_persons": ("pixelate", {"block": 4}),
+    "classify_synth_scenes_obf_obf": ("face_blur", {}),
+    "dp_vit_synth_objects": ("gaussian_noise", {"sigma": 10}),
+    "transfer_synth_scenes_synth_faces": ("blur", {"radius": 2}),
+    "classify_synth_scenes_orig_obf": ("face_overlay", {}),
+}
+"""A smoke cell of every kind of benchmark, each with another mechanism."""
+
+
+@pytest.mark.parametrize("task", sorted(FILL_CELLS))
+def test_a_cell_computes_the_same_numbers_whether_or_not_torch_fills_new_memory(task, tmp_path, monkeypatch):
+    """Cells run without PyTorch's fill of new memory: no step of a cell may read memory it did not write.
+
+    The same cell runs once with the fill (NaN, or a type's largest value, in every new
+    buffer) and once without, each with caches of its own, so that data, release, models and
+    attacks are all computed again.
+    """
+    from bench import precision
+    from bench.tracking.metrics import result_metrics
+
+    mechanism, params = FILL_CELLS[task]
+    reproducible = precision.reproducible
+
+    @contextlib.contextmanager
+    def filling():
+        with reproducible():
+            torch.utils.deterministic.fill_uninitialized_memory = True
+            yield
+
+    outputs = []
+    for fill in (True, False):
+        monkeypatch.setattr(precision, "reproducible", filling if fill else reproducible)
+        place = tmp_path / str(fill)
+        config = RunConfig(task=task, mechanism=mechanism, params=params, profile="smoke", device="cpu",
+                           results_dir=place / "results", cache_dir=place / "cache")
+        outputs.append(run_cell(plan(config)))
+    filled, unfilled = ({k: "nan" if v != v else v for k, v in result_metrics(o.result).items()
+                         if not k.startswith("runtime")} for o in outputs)
+    assert filled == unfilled
+    for name, split in outputs[0].release.splits.sets.items():
+        assert torch.equal(split.images, outputs[1].release.splits[name].images), name
