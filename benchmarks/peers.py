@@ -30,9 +30,9 @@ deterministic peer counts only where its outputs equal PrivBench's on the checke
 a noisy one where it draws the same distribution; the others (cv2's GaussianBlur, SEBA's
 noise and DP-Pix) are listed, never the target. So is face_overlay's ``bound``, each image
 copied without filling its boxes: the memory traffic any overlay that returns new images
-has, which bounds it where the copies fill the memory bus (448x448 on this project's 2-core VM). The ratios PrivBench(1 thread) / peer(1
-process) and PrivBench(max threads) / peer(pool) have the target 1.0 (0.8 for blur and
-face_blur); rows below it are marked BELOW. The same run prints the agreement checks and
+has, which bounds it where the copies fill the memory bus (448x448 on this project's 2-core
+VM). The ratios PrivBench(1 thread) / peer(1 process) and PrivBench(max threads) /
+peer(pool) have the target 1.0 (0.8 for blur and face_blur); rows below it are marked BELOW. The same run prints the agreement checks and
 the noise each implementation adds to mid-grey images against its theoretical value.
 
 A second section gives PrivBench's cost per value at one thread on 128x64 batches of
