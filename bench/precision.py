@@ -90,7 +90,7 @@ def no_tf32() -> None:
 
 
 @contextlib.contextmanager
-def reproducible() -> Iterator[None]:
+def reproducible(fill_new_memory: bool = False) -> Iterator[None]:
     """Sets, for the block, what every cell computes under, in its own process and in each data-parallel rank.
 
     Deterministic algorithms where PyTorch has them (a warning, not an error, where an op
@@ -103,6 +103,10 @@ def reproducible() -> Iterator[None]:
     check ``initialised_output`` holds every registered mechanism to that.
     The caller's settings are restored after the block (cuBLAS's workspace stays set: it is
     read once per process).
+
+    Args:
+        fill_new_memory: Keep PyTorch's fill on (the checks that compare a run with it against
+            one without).
     """
     import torch
 
@@ -111,7 +115,7 @@ def reproducible() -> Iterator[None]:
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
               fills.fill_uninitialized_memory, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
     torch.use_deterministic_algorithms(True, warn_only=True)
-    fills.fill_uninitialized_memory = False
+    fills.fill_uninitialized_memory = fill_new_memory
     no_tf32()
     try:
         yield

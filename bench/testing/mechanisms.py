@@ -186,10 +186,9 @@ def check_initialised_output(name: str, params: Mapping[str, Any] | None = None,
     for dev in check_devices(device):
         for case in make_cases(cls, dev):
             mech = fitted_mechanism(cls, params, case.public, dev)
-            with reproducible():  # as in a cell, and as the caller had it after the block
-                torch.utils.deterministic.fill_uninitialized_memory = True
+            with reproducible(fill_new_memory=True):
                 filled = apply_case(mech, case)
-                torch.utils.deterministic.fill_uninitialized_memory = False
+            with reproducible():  # as in a cell
                 _leave_written_memory(dev, case.images.numel())
                 unfilled = apply_case(mech, case)
             if not torch.equal(filled, unfilled):

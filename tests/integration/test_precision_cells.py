@@ -3,7 +3,7 @@ change; without PyTorch's fill of new memory the numbers are the same as with it
 
 from __future__ import annotations
 
-import contextlib
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -102,16 +102,9 @@ def test_a_cell_computes_the_same_numbers_whether_or_not_torch_fills_new_memory(
 
     mechanism, params = FILL_CELLS[task]
     reproducible = precision.reproducible
-
-    @contextlib.contextmanager
-    def filling():
-        with reproducible():
-            torch.utils.deterministic.fill_uninitialized_memory = True
-            yield
-
     outputs = []
     for fill in (True, False):
-        monkeypatch.setattr(precision, "reproducible", filling if fill else reproducible)
+        monkeypatch.setattr(precision, "reproducible", partial(reproducible, fill_new_memory=fill))
         place = tmp_path / str(fill)
         config = RunConfig(task=task, mechanism=mechanism, params=params, profile="smoke", device="cpu",
                            results_dir=place / "results", cache_dir=place / "cache")
