@@ -64,3 +64,25 @@ def run_tasks(tasks: Sequence[Callable[[], None]], threads: int | None = None) -
     wait(futures)  # all of them, so none still writes once an error is raised
     for future in futures:
         future.result()
+
+
+def run_beside(main: Callable[[], None], helpers: Sequence[Callable[[], None]]) -> None:
+    """Runs ``main`` in this thread while the pool (torch's thread count) runs ``helpers``.
+
+    For work that this thread joins once it has prepared something, as the helpers start
+    on what needs no preparing. Returns once all have finished (so none still writes),
+    raising ``main``'s exception if it raised one, else that of the first helper (in
+    order) that did. Helpers run in this thread, after ``main``, when called from a task.
+    """
+    if not helpers or getattr(_inside, "worker", False):
+        main()
+        for task in helpers:
+            task()
+        return
+    futures = _submit(helpers, max(1, torch.get_num_threads()))
+    try:
+        main()
+    finally:
+        wait(futures)
+    for future in futures:
+        future.result()

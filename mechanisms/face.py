@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from functools import partial
+import functools
+import threading
+from typing import Any
 
 import numpy as np
 import torch
@@ -11,7 +13,7 @@ from bench.errors import BenchError
 from bench.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.registry import register_mechanism
 from mechanisms._blur import blend_blurred
-from mechanisms._threads import run_tasks
+from mechanisms._threads import run_beside
 
 OVERLAY_COLOURS: dict[str, tuple[float, float, float]] = {
     "mean": (0.485 * 255, 0.456 * 255, 0.406 * 255),
@@ -25,16 +27,17 @@ _LUMA = (0.299, 0.587, 0.114)
 PIECE_VALUES = 1 << 20
 """Values face_overlay copies and fills at a time on the CPU: a piece stays in cache between the two."""
 THREAD_IMAGE_VALUES = 1 << 17
-"""Values per image (about 209x209 RGB) from which face_overlay's CPU threads each copy and fill a run of images.
+"""Values per image (about 209x209 RGB) from which face_overlay's CPU work takes more than one thread.
 
-Smaller images are copied and filled on one thread: their per-image Python steps then
-outweigh the copies, and two threads contending for the GIL were slower than one on 2
-cores (0.66x at 128x64 RGB, 0.95x at 160x160, 1.0x at 208x208; 1.28x at 224x224 and
-1.46x at 448x448).
+Smaller images are copied and filled on one thread: their per-box Python steps then
+outweigh the copies, and threads contending for the GIL were slower than one on 2 cores
+(2 threads against 1, 300 images: 0.88x at 64x64 RGB, 0.86x at 128x128, 1.05x at
+160x160; 1.18x at 224x224 and 1.10x at 448x448, where the copies fill the memory bus).
 """
 
 
-def _check_boxes(owner: str, images: torch.Tensor, boxes: list[torch.Tensor] | None) -> None:
+def _check_boxes(owner: str, images: torch.Tensor, boxes: list[torch.Tensor] | None) -> list[int]:
+    """Checks that every image has a tensor of face boxes [k, 4]; returns each image's k."""
     if boxes is None:
         raise BenchError(
             f"mechanism {owner!r} needs face boxes, but none were given: use a dataset with boxes "
@@ -42,26 +45,36 @@ def _check_boxes(owner: str, images: torch.Tensor, boxes: list[torch.Tensor] | N
         )
     if len(boxes) != images.shape[0]:
         raise BenchError(f"mechanism {owner!r} got boxes for {len(boxes)} images, expected {images.shape[0]}")
+    counts = []
     for b in boxes:
-        if b.dim() != 2 or b.shape[1] != 4:
-            raise BenchError(f"mechanism {owner!r}: face boxes must be tensors [k, 4] (x1, y1, x2, y2), got {tuple(b.shape)}")
+        shape = b.shape
+        if len(shape) != 2 or shape[1] != 4:
+            raise BenchError(f"mechanism {owner!r}: face boxes must be tensors [k, 4] (x1, y1, x2, y2), got {tuple(shape)}")
+        counts.append(shape[0])
+    return counts
 
 
-def _flatten_boxes(boxes: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def _flatten_boxes(boxes: list[torch.Tensor], counts: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns all non-degenerate boxes as float64 [B, 4] and the image each belongs to [B], on the host.
 
     Box geometry is a few numbers per image: it stays on the host, so that deciding what
-    to draw never waits for the device.
+    to draw never waits for the device. It is worked out in numpy: on a batch of a few
+    hundred images each torch call here cost more than the numbers it handles.
+
+    Args:
+        boxes: Each image's boxes [k, 4], already checked (:func:`_check_boxes`).
+        counts: Each image's k, as :func:`_check_boxes` returns them (else read here).
     """
-    counts = [b.shape[0] for b in boxes]
-    # One cat and one copy for the batch (the boxes are checked [k, 4]); float32 and int
-    # coordinates are exact in float64, so converting after the cat changes nothing.
-    flat = torch.cat(boxes).detach().to("cpu", torch.float64) if boxes else torch.zeros(0, 4, dtype=torch.float64)
+    if counts is None:
+        counts = [b.shape[0] for b in boxes]
+    # One cat and one copy for the batch; float32 and int coordinates are exact in float64,
+    # so converting after the cat changes nothing.
+    flat = torch.cat(boxes).detach().to("cpu", torch.float64).numpy() if boxes else np.zeros((0, 4))
     # numpy, not torch.repeat_interleave: that wakes torch's worker threads, which then spin
     # for milliseconds on cores that face_overlay's threads need.
-    owner = torch.from_numpy(np.repeat(np.arange(len(boxes), dtype=np.int64), counts))
+    owner = np.repeat(np.arange(len(boxes), dtype=np.int64), counts)
     keep = (flat[:, 0] < flat[:, 2]) & (flat[:, 1] < flat[:, 3])
-    return flat[keep], owner[keep]
+    return torch.from_numpy(flat[keep]), torch.from_numpy(owner[keep])
 
 
 def _box_sizes(flat: torch.Tensor, measure: str) -> torch.Tensor:
@@ -104,43 +117,78 @@ def box_mask(flat: torch.Tensor, owner: torch.Tensor, n: int, height: int, width
     return mask
 
 
-def _overlay_on_cpu(images: torch.Tensor, flat: torch.Tensor, owner: torch.Tensor,
+def _overlay_on_cpu(images: torch.Tensor, boxes: list[torch.Tensor], counts: list[int],
                     colour: torch.Tensor) -> torch.Tensor:
     """Copies the batch and fills its boxes with ``colour``, on torch's number of threads.
 
     A box is one slice assignment: cheaper than any whole-image mask. Images are copied a
     piece at a time (numpy's copy is a memcpy, faster than torch's copy loop on one
     thread) and their boxes filled while the piece is in cache. With more than one thread,
-    images of :data:`THREAD_IMAGE_VALUES` and more are split between threads that each
-    copy and fill their own run (numpy's copies and fills release the GIL).
+    on images of :data:`THREAD_IMAGE_VALUES` and more, helper threads start copying at
+    once while this thread works out where the boxes are; then it joins them, and each
+    takes the next piece as it finishes one (numpy's copies and fills release the GIL). A
+    helper fills the pieces it copied before the boxes were known as soon as they are.
 
     Args:
         images: uint8 [N, C, H, W] on the CPU.
-        flat: float64 [B, 4] boxes (x1, y1, x2, y2) of positive size.
-        owner: int64 [B] index of each box's image, non-decreasing.
+        boxes: Each image's boxes [k, 4] (x1, y1, x2, y2), checked.
+        counts: Each image's k.
         colour: uint8 [C] fill value.
     """
     n, channels, height, width = images.shape
     out = torch.empty_like(images, memory_format=torch.contiguous_format)
     pixels, original, value = out.numpy(), images.contiguous().numpy(), colour.numpy()[:, None, None]
-    # Truncated corners, ends included (ImageDraw), clipped at 0 (slices clip the far side).
-    spans = np.maximum(np.trunc(flat.numpy()).astype(np.int64) + (0, 0, 1, 1), 0).tolist()
-    owners, first_box = owner.tolist(), np.searchsorted(owner.numpy(), np.arange(n + 1)).tolist()
     image_values = channels * height * width
     step = max(1, PIECE_VALUES // max(1, image_values))
+    pieces = iter(range(0, n, step))  # shared by the threads: each next() is atomic under the GIL
+    geometry: list[list[Any]] = []
+    known = threading.Event()
 
-    def copy_and_fill(start: int, stop: int) -> None:
-        for first in range(start, stop, step):
-            end = min(first + step, stop)
-            pixels[first:end] = original[first:end]
-            for k in range(first_box[first], first_box[end]):
-                x0, y0, x1, y1 = spans[k]
-                pixels[owners[k], :, y0:y1, x0:x1] = value
+    def fill(first: int) -> None:
+        spans, owners, first_box = geometry
+        for k in range(first_box[first], first_box[min(first + step, n)]):
+            x0, y0, x1, y1 = spans[k]
+            pixels[owners[k], :, y0:y1, x0:x1] = value
+
+    def copy_and_fill() -> None:
+        unfilled = []
+        for first in pieces:
+            pixels[first:first + step] = original[first:first + step]
+            if not known.is_set():
+                unfilled.append(first)
+                continue
+            for piece in unfilled:
+                fill(piece)
+            unfilled.clear()
+            fill(first)
+        known.wait()
+        for piece in unfilled:
+            fill(piece)
+
+    def locate_then_join() -> None:
+        try:
+            flat, owner = _flatten_boxes(boxes, counts)
+            # Truncated corners, ends included (ImageDraw), clipped at 0 (slices clip the far side).
+            spans = np.maximum(np.trunc(flat.numpy()).astype(np.int64) + (0, 0, 1, 1), 0).tolist()
+            geometry.extend([spans, owner.tolist(), np.searchsorted(owner.numpy(), np.arange(n + 1)).tolist()])
+        finally:
+            known.set()  # else the helpers would wait for ever; with no geometry they raise
+        copy_and_fill()
 
     threads = torch.get_num_threads() if image_values >= THREAD_IMAGE_VALUES else 1
-    edges = np.linspace(0, n, min(threads, n) + 1).astype(np.int64).tolist() if n else [0, 0]
-    run_tasks([partial(copy_and_fill, a, b) for a, b in zip(edges[:-1], edges[1:])], threads)
+    run_beside(locate_then_join, [copy_and_fill] * (min(threads, -(-n // step)) - 1))
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _fill_value(colour: str, channels: int, owner: str) -> torch.Tensor:
+    """face_overlay's colour as uint8 [C], worked out once per colour and channel count (read only)."""
+    rgb = torch.tensor(OVERLAY_COLOURS[colour], dtype=torch.float64)
+    if channels == 3:
+        return rgb.add(0.5).floor().to(torch.uint8)
+    if channels == 1:
+        return (rgb @ torch.tensor(_LUMA, dtype=torch.float64)).add(0.5).floor().to(torch.uint8).reshape(1)
+    raise BenchError(f"mechanism {owner!r} handles grey or RGB images, got {channels} channels")
 
 
 @register_mechanism("face_blur")
@@ -170,9 +218,9 @@ class FaceBlur(Mechanism):
     ) -> torch.Tensor:
         """Returns the batch with faces blurred."""
         self.check_inputs(images, generator)
-        _check_boxes(self.name, images, boxes)
+        counts = _check_boxes(self.name, images, boxes)
         height, width = images.shape[-2:]
-        flat, owner = _flatten_boxes(boxes)
+        flat, owner = _flatten_boxes(boxes, counts)
         if not len(flat):
             return images.clone()
         diag = _box_sizes(flat, self.config["measure"])
@@ -206,23 +254,18 @@ class FaceOverlay(Mechanism):
         Raises:
             BenchError: Images that are neither grey nor RGB.
         """
-        rgb = torch.tensor(OVERLAY_COLOURS[self.config["colour"]], dtype=torch.float64)
-        if channels == 3:
-            return rgb.add(0.5).floor().to(torch.uint8)
-        if channels == 1:
-            return (rgb @ torch.tensor(_LUMA, dtype=torch.float64)).add(0.5).floor().to(torch.uint8).reshape(1)
-        raise BenchError(f"mechanism {self.name!r} handles grey or RGB images, got {channels} channels")
+        return _fill_value(self.config["colour"], channels, self.name).clone()
 
     def apply(
         self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
     ) -> torch.Tensor:
         """Returns the batch with faces covered."""
         self.check_inputs(images, generator)
-        _check_boxes(self.name, images, boxes)
+        counts = _check_boxes(self.name, images, boxes)
         n, channels, height, width = images.shape
-        colour = self.fill_value(channels)
-        flat, owner = _flatten_boxes(boxes)
-        if images.device.type != "cpu":
-            mask = box_mask(flat, owner, n, height, width, images.device).unsqueeze(1)
-            return torch.where(mask, colour.to(images.device).view(1, -1, 1, 1), images)
-        return _overlay_on_cpu(images, flat, owner, colour)
+        colour = _fill_value(self.config["colour"], channels, self.name)
+        if images.device.type == "cpu":
+            return _overlay_on_cpu(images, boxes, counts, colour)
+        flat, owner = _flatten_boxes(boxes, counts)
+        mask = box_mask(flat, owner, n, height, width, images.device).unsqueeze(1)
+        return torch.where(mask, colour.to(images.device).view(1, -1, 1, 1), images)

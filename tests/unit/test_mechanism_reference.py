@@ -614,7 +614,7 @@ def test_face_overlay_mask_path_equals_the_slice_path(monkeypatch, piece_values,
     """The whole-image mask (GPUs) and the per-box slices (CPU) agree.
 
     The slices are taken whole or in pieces of one or two images, on one thread or with
-    threads taking runs of images.
+    helper threads taking pieces beside this one.
     """
     from mechanisms import face
     from mechanisms.face import _flatten_boxes, box_mask
@@ -622,13 +622,13 @@ def test_face_overlay_mask_path_equals_the_slice_path(monkeypatch, piece_values,
     monkeypatch.setattr(face, "PIECE_VALUES", piece_values)
     monkeypatch.setattr(face, "THREAD_IMAGE_VALUES", thread_image_values)
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
-    runs = []
+    helpers = []
 
-    def counted(tasks, threads):
-        runs.append((len(tasks), threads))
-        _threads.run_tasks(tasks, threads)
+    def counted(main, tasks):
+        helpers.append(len(tasks))
+        _threads.run_beside(main, tasks)
 
-    monkeypatch.setattr(face, "run_tasks", counted)
+    monkeypatch.setattr(face, "run_beside", counted)
     x = photo_like_batch(9, 36, 30, seed=6)
     boxes = face_boxes() * 2 + face_boxes()[2:3]  # the last piece has no boxes
     mech = make("face_overlay")
@@ -636,4 +636,56 @@ def test_face_overlay_mask_path_equals_the_slice_path(monkeypatch, piece_values,
     mask = box_mask(flat, owner, 9, 36, 30).unsqueeze(1)
     masked = torch.where(mask, mech.fill_value(3).view(1, -1, 1, 1), x)
     assert torch.equal(mech.apply(x, generator=streams(9), boxes=boxes), masked)
-    assert runs == [(threads, threads) if thread_image_values == 1 else (1, 1)]
+    pieces = -(-9 // max(1, piece_values // (3 * 36 * 30)))
+    assert helpers == [min(threads, pieces) - 1 if thread_image_values == 1 else 0]
+
+
+def test_face_overlay_helpers_fill_what_they_copied_before_the_boxes_were_known(monkeypatch):
+    """A helper that copied every piece while this thread located the boxes fills them all after."""
+    import time
+
+    from mechanisms import face
+
+    monkeypatch.setattr(face, "PIECE_VALUES", 3240)  # one 36x30 RGB image a piece
+    monkeypatch.setattr(face, "THREAD_IMAGE_VALUES", 1)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    x = photo_like_batch(9, 36, 30, seed=6)
+    boxes = face_boxes() * 2 + face_boxes()[2:3]
+    made, empty_like, flatten = [], torch.empty_like, face._flatten_boxes
+
+    def recorded_empty_like(*args, **kwargs):
+        made.append(empty_like(*args, **kwargs))
+        return made[-1]
+
+    def flatten_once_all_is_copied(*args):
+        deadline = time.monotonic() + 60
+        while not torch.equal(made[0], x):  # the helper copies every piece, filling none yet
+            assert time.monotonic() < deadline, "the helper thread never copied the batch"
+            time.sleep(0.001)
+        return flatten(*args)
+
+    monkeypatch.setattr(torch, "empty_like", recorded_empty_like)
+    monkeypatch.setattr(face, "_flatten_boxes", flatten_once_all_is_copied)
+    mech = make("face_overlay")
+    out = mech.apply(x, generator=streams(9), boxes=boxes)
+    monkeypatch.undo()
+    assert out is made[0]
+    assert torch.equal(out, make("face_overlay").apply(x, generator=streams(9), boxes=boxes))
+    assert not torch.equal(out, x)
+
+
+def test_face_overlay_raises_a_failure_to_locate_the_boxes_once_its_helpers_stop(monkeypatch):
+    """An error while this thread locates the boxes neither hangs the helpers nor hides itself."""
+    from mechanisms import face
+
+    monkeypatch.setattr(face, "PIECE_VALUES", 3240)
+    monkeypatch.setattr(face, "THREAD_IMAGE_VALUES", 1)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+
+    def broken(*args):
+        raise RuntimeError("no boxes today")
+
+    monkeypatch.setattr(face, "_flatten_boxes", broken)
+    with pytest.raises(RuntimeError, match="no boxes today"):
+        make("face_overlay").apply(photo_like_batch(9, 36, 30, seed=6), generator=streams(9),
+                                  boxes=face_boxes() * 2 + face_boxes()[2:3])

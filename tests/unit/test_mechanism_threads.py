@@ -9,7 +9,7 @@ import time
 import pytest
 
 from mechanisms import _threads
-from mechanisms._threads import run_tasks
+from mechanisms._threads import run_beside, run_tasks
 
 
 def _names(count: int, threads: int) -> list[str]:
@@ -65,6 +65,57 @@ def test_an_error_is_raised_once_every_task_has_finished():
     with pytest.raises(ValueError, match="bad piece"):
         run_tasks([fails, slow, slow], 2)
     assert len(done) == 2
+
+
+def test_run_beside_runs_the_main_work_here_while_the_pool_runs_the_helpers(monkeypatch):
+    monkeypatch.setattr(_threads.torch, "get_num_threads", lambda: 2)
+    started, names = threading.Event(), {}
+
+    def main() -> None:
+        assert started.wait(10)  # the helper runs while this thread waits: beside it, not after
+        names["main"] = threading.current_thread().name
+
+    def helper() -> None:
+        started.set()
+        names["helper"] = threading.current_thread().name
+
+    run_beside(main, [helper])
+    assert names["main"] == threading.current_thread().name
+    assert names["helper"].startswith("bench-mechanism")
+
+
+def test_run_beside_raises_the_main_error_once_the_helpers_have_finished(monkeypatch):
+    monkeypatch.setattr(_threads.torch, "get_num_threads", lambda: 2)
+    done = []
+
+    def slow_and_broken() -> None:
+        time.sleep(0.05)
+        done.append(1)
+        raise KeyError("helper")
+
+    def main() -> None:
+        raise ValueError("main")
+
+    with pytest.raises(ValueError, match="main"):
+        run_beside(main, [slow_and_broken])
+    assert done == [1]
+    with pytest.raises(KeyError, match="helper"):
+        run_beside(lambda: None, [slow_and_broken])
+
+
+def test_run_beside_in_a_task_runs_the_helpers_after_the_main_work():
+    order: dict[str, list[str]] = {}
+
+    def note(what: str) -> None:
+        order.setdefault(threading.current_thread().name, []).append(what)
+
+    def task() -> None:
+        run_beside(lambda: note("main"), [lambda: note("helper")])
+
+    run_tasks([task, task], 2)  # would wait for itself on a full pool otherwise
+    assert sum(len(v) for v in order.values()) == 4
+    assert all(name.startswith("bench-mechanism") and seen == ["main", "helper"] * (len(seen) // 2)
+               for name, seen in order.items())
 
 
 def _child_runs_tasks(queue) -> None:
