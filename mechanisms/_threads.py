@@ -60,8 +60,12 @@ def run_tasks(tasks: Sequence[Callable[[], None]], threads: int | None = None) -
         for task in tasks:
             task()
         return
-    futures = _submit(tasks, wanted)
-    wait(futures)  # all of them, so none still writes once an error is raised
+    _finish(_submit(tasks, wanted))
+
+
+def _finish(futures: list[Future]) -> None:
+    """Waits for every future, so none still writes once an error is raised, then raises the first error (in order)."""
+    wait(futures)
     for future in futures:
         future.result()
 
@@ -82,7 +86,7 @@ def run_beside(main: Callable[[], None], helpers: Sequence[Callable[[], None]]) 
     futures = _submit(helpers, max(1, torch.get_num_threads()))
     try:
         main()
-    finally:
-        wait(futures)
-    for future in futures:
-        future.result()
+    except BaseException:
+        wait(futures)  # none still writes once main's error is raised
+        raise
+    _finish(futures)

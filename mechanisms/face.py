@@ -181,14 +181,12 @@ def _overlay_on_cpu(images: torch.Tensor, boxes: list[torch.Tensor], counts: lis
 
 
 @functools.lru_cache(maxsize=None)
-def _fill_value(colour: str, channels: int, owner: str) -> torch.Tensor:
-    """face_overlay's colour as uint8 [C], worked out once per colour and channel count (read only)."""
+def _fill_value(colour: str, channels: int) -> torch.Tensor:
+    """face_overlay's colour as uint8 [C] for 1 or 3 channels, worked out once per pair (read only)."""
     rgb = torch.tensor(OVERLAY_COLOURS[colour], dtype=torch.float64)
     if channels == 3:
         return rgb.add(0.5).floor().to(torch.uint8)
-    if channels == 1:
-        return (rgb @ torch.tensor(_LUMA, dtype=torch.float64)).add(0.5).floor().to(torch.uint8).reshape(1)
-    raise BenchError(f"mechanism {owner!r} handles grey or RGB images, got {channels} channels")
+    return (rgb @ torch.tensor(_LUMA, dtype=torch.float64)).add(0.5).floor().to(torch.uint8).reshape(1)
 
 
 @register_mechanism("face_blur")
@@ -254,7 +252,9 @@ class FaceOverlay(Mechanism):
         Raises:
             BenchError: Images that are neither grey nor RGB.
         """
-        return _fill_value(self.config["colour"], channels, self.name).clone()
+        if channels not in (1, 3):
+            raise BenchError(f"mechanism {self.name!r} handles grey or RGB images, got {channels} channels")
+        return _fill_value(self.config["colour"], channels).clone()
 
     def apply(
         self, images: torch.Tensor, *, generator: Streams, boxes: list[torch.Tensor] | None = None
@@ -263,7 +263,7 @@ class FaceOverlay(Mechanism):
         self.check_inputs(images, generator)
         counts = _check_boxes(self.name, images, boxes)
         n, channels, height, width = images.shape
-        colour = _fill_value(self.config["colour"], channels, self.name)
+        colour = self.fill_value(channels)
         if images.device.type == "cpu":
             return _overlay_on_cpu(images, boxes, counts, colour)
         flat, owner = _flatten_boxes(boxes, counts)
