@@ -689,3 +689,9 @@ def test_face_overlay_raises_a_failure_to_locate_the_boxes_once_its_helpers_stop
     with pytest.raises(RuntimeError, match="no boxes today"):
         make("face_overlay").apply(photo_like_batch(9, 36, 30, seed=6), generator=streams(9),
                                   boxes=face_boxes() * 2 + face_boxes()[2:3])
+
+
+def test_face_overlay_refuses_images_that_are_neither_grey_nor_rgb():
+    x = torch.zeros(2, 4, 8, 8, dtype=torch.uint8)
+    with pytest.raises(BenchError, match="grey or RGB images, got 4 channels"):
+        make("face_overlay").apply(x, generator=streams(2), boxes=[torch.zeros(0, 4)] * 2)
