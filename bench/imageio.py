@@ -118,17 +118,19 @@ def _decode(path: Path) -> tuple[np.ndarray | None, int]:
         raise BenchError(f"cannot read image {path}: {type(exc).__name__}: {exc}") from None
 
 
-def to_rgb(image: Image.Image) -> np.ndarray:
+def to_rgb(image: Image.Image, oriented: bool = True) -> np.ndarray:
     """Returns a PIL image's pixels as uint8 [H, W, 3] RGB.
 
-    The EXIF orientation is applied; an embedded ICC profile is used to convert to sRGB
+    The EXIF orientation is applied unless ``oriented`` is false (pixels in stored order, the
+    frame of datasets whose annotations ignore it); an embedded ICC profile is used to convert to sRGB
     (the profile is not written back, so values must be sRGB); 16-bit grey is scaled by
     1/257; alpha (and palette transparency) is composited over white.
 
     Raises:
         BenchError: A mode with no 8-bit RGB meaning (32-bit float).
     """
-    image = ImageOps.exif_transpose(image) or image
+    if oriented:
+        image = ImageOps.exif_transpose(image) or image
     image = _to_srgb(image)
     mode = image.mode
     if mode == "F":

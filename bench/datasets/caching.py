@@ -73,7 +73,7 @@ def source_fingerprint(paths: Sequence[Path]) -> str:
                 part = f"{path.name}\0{st.st_size}\0{st.st_mtime_ns}"
         except OSError as exc:
             raise BenchError(f"cannot read {path}: {exc.strerror or exc}") from None
-        h.update(part.encode() + b"\n")
+        h.update(part.encode("utf-8", "surrogateescape") + b"\n")  # names as the file system gave them
     return h.hexdigest()
 
 

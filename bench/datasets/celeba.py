@@ -117,7 +117,8 @@ class CelebA(Dataset):
         choice among every identity that no split uses; None when there are none.
         """
         opts, files, names, identities, selection = self._select(root, options)
-        used = {i for s in SPLITS for i in (dict(zip(names, identities))[f] for f in selection[s])}
+        identity = dict(zip(names, identities))
+        used = {identity[f] for s in SPLITS for f in selection[s]}
         pool = sorted(f for f, i in zip(names, identities) if i not in used)
         if not pool:
             return None
@@ -127,7 +128,7 @@ class CelebA(Dataset):
         key = fingerprint("celeba-public", LOADER_VERSION, sorted(opts.items()), file_digest(files[IDENTITY]),
                           "\n".join(chosen), source_fingerprint([files["images"] / f for f in chosen]))  # type: ignore[operator]
         sets, _, _ = cached_sharded_splits(cache_dir, "celeba", key,
-                                           _shard_builder(files, picked, dict(zip(names, identities)), opts, ("train",)))
+                                           _shard_builder(files, picked, identity, opts, ("train",)))
         return sets["train"]
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
@@ -282,10 +283,13 @@ def _build(
     attr_names, attr_values = read_table(files[ATTRIBUTES], wanted)  # type: ignore[arg-type]
     if not np.isin(attr_values, (-1, 1)).all():
         raise BenchError(f"celeba: {files[ATTRIBUTES]}: attribute values must be -1 or 1")
+    native_boxes, source = _native_boxes(files, wanted, opts)  # annotations fail before the decoding
     images, sizes = decode(files["images"], wanted, opts["crop"], opts["size"])  # type: ignore[arg-type]
     cropped = np.array([_crop_box(w, h, opts["crop"])[2:][::-1] for w, h in sizes]).reshape(-1, 2)
     report = size_report(sizes[:, ::-1], cropped, (opts["size"], opts["size"]))
-    boxes, source = _boxes(files, wanted, sizes, opts)
+    boxes = None
+    if native_boxes is not None:
+        boxes = torch.from_numpy(_transform_boxes(native_boxes, sizes, opts["crop"], opts["size"])).float()
     positive = torch.from_numpy((attr_values > 0).astype(np.int64))
     attrs = {name.lower(): positive[:, j].contiguous() for j, name in enumerate(attr_names)}
     if "male" in attrs:
@@ -344,8 +348,11 @@ def decode(folder: Path, names: Sequence[str], crop: int | None, size: int) -> t
     return out, sizes
 
 
-def _boxes(files: Mapping[str, Path | None], wanted: list[str], sizes: np.ndarray, opts: Mapping[str, Any]):
-    """Face boxes in output pixels: wild images use the bbox file, aligned ones the landmarks."""
+def _native_boxes(files: Mapping[str, Path | None], wanted: list[str], opts: Mapping[str, Any]):
+    """Face boxes (x1, y1, x2, y2) in original pixels and their source, or (None, None).
+
+    Wild images use the bbox file, aligned ones the landmarks.
+    """
     if opts["images"] == "wild":
         _, raw = read_table(files[BBOX], wanted, columns=4)  # type: ignore[arg-type]
         if (raw[:, 2:] <= 0).any():
@@ -356,7 +363,7 @@ def _boxes(files: Mapping[str, Path | None], wanted: list[str], sizes: np.ndarra
         boxes, source = landmark_boxes(marks), "landmarks"
     else:
         return None, None
-    return torch.from_numpy(_transform_boxes(boxes, sizes, opts["crop"], opts["size"])).float(), source
+    return boxes, source
 
 
 def landmark_boxes(marks: np.ndarray) -> np.ndarray:

@@ -129,6 +129,28 @@ def split_classes(counts: Mapping[Any, int], opts: Mapping[str, Any], dataset: s
     return out
 
 
+def cap_groups(groups: Mapping[str, list[Any]], max_classes: int | None, seed: int, dataset: str
+               ) -> dict[str, list[Any]]:
+    """Keeps at most ``max_classes`` classes of fixed split lists, in proportion to the lists' sizes.
+
+    Each list keeps its share (largest remainders; a non-empty list keeps at least one
+    class), chosen by a generator seeded from ``seed`` and the split's name.
+
+    Returns:
+        Split -> its kept classes, sorted (the lists themselves when they fit).
+    """
+    total = sum(len(groups[s]) for s in SPLITS)
+    if max_classes is None or total <= max_classes:
+        return {s: sorted(groups[s]) for s in SPLITS}
+    sizes = _allocate(max_classes, [len(groups[s]) / total for s in SPLITS])
+    out = {}
+    for split, n in zip(SPLITS, sizes):
+        members = sorted(groups[split])
+        order = torch.randperm(len(members), generator=make_generator(seed, dataset, "cap", split)).tolist()
+        out[split] = sorted(members[i] for i in order[:n])
+    return out
+
+
 def _allocate(n: int, fractions: Sequence[float]) -> list[int]:
     raw = [n * f for f in fractions]
     sizes = [math.floor(r) for r in raw]

@@ -25,6 +25,10 @@ centre crop to the stored aspect ratio (for a square: the shorter side, centred)
 antialiased resize to ``size`` (224 by default: the paper's input). They are decoded
 :data:`bench.datasets.imageread.CHUNK` at a time and written into Arrow shards
 (:class:`bench.datasets.shards.ShardedImages`): a split is never held in memory whole.
+Pixels are taken in stored order, without the EXIF orientation that a few JPEGs carry: the
+face and object boxes are given in that frame (the authors' scripts, like torchvision's
+ImageNet loader, open images without applying it), so a rotated image would move its faces
+away from their boxes.
 
 **Faces** (:mod:`bench.datasets.imagenet_annotations`): the released boxes are pixels of
 the original image (PIL's convention; the authors draw them unscaled on the original).
@@ -81,8 +85,9 @@ from bench.errors import BenchError
 from bench.registry import register_dataset
 from bench.seeding import make_generator
 
-LOADER_VERSION = 2
-"""2: the build keeps each image's crop (for the face table of ``face_identities``)."""
+LOADER_VERSION = 3
+"""2: the build keeps each image's crop (for the face table of ``face_identities``); 3: pixels
+in stored order, EXIF orientation not applied (the frame of the face and object boxes)."""
 BASES = ("imagenet", "ImageNet", "ILSVRC2012", "ilsvrc2012", "ILSVRC", "")
 IMAGE_DIRS = ("", "Data/CLS-LOC", "ILSVRC/Data/CLS-LOC")
 BOX_DIRS = ("bbox", "Annotations/CLS-LOC", "Annotations", "ILSVRC/Annotations/CLS-LOC")
@@ -138,7 +143,7 @@ class Plan:
 
         h = xxhash.xxh3_128()
         for name, split, label, faces in zip(self.names, self.split_of, self.labels, self.faces):
-            h.update(f"{split}\t{label}\t{name}\t".encode())
+            h.update(f"{split}\t{label}\t{name}\t".encode("utf-8", "surrogateescape"))
             h.update(b"-" if faces is None else np.ascontiguousarray(faces, dtype=np.float32).tobytes())
             h.update(b"\n")
         return h.hexdigest()
@@ -372,15 +377,10 @@ class ImageNet(Dataset):
 
 def _build(sink: Any, plan: Plan, written: tuple[str, ...], files: list[Path],
            xml: list[Path | None]) -> dict[str, Any]:
-    """Decodes the selection chunk by chunk into the sink; computes the object-area face fractions."""
-    counts = plan.face_counts()
-    most = max(counts, default=0)
-    sel = imageread.Selection(
-        written, plan.names, plan.split_of, plan.labels,
-        attrs={"faces": counts}, attr_names={"faces": [str(i) for i in range(max(most, 0) + 1)]},
-        boxes=[ann.EMPTY if f is None else f for f in plan.faces])
-    built = imageread.write_selection(sink, sel, iter(files), plan.opts["size"], with_crops=True)
-    built["crops"] = torch.from_numpy(built["crops"].astype(np.int32))
+    """Computes the object-area face fractions, then decodes the selection chunk by chunk into the sink.
+
+    The localisation XML is read first, so that a malformed file fails before hours of decoding.
+    """
     fractions: dict[str, list[float]] = {s: [] for s in written}
     with_objects = {s: 0 for s in written}
     for split, faces, path in zip(plan.split_of, plan.faces, xml):
@@ -391,6 +391,14 @@ def _build(sink: Any, plan: Plan, written: tuple[str, ...], files: list[Path],
             if faces is not None:
                 value = ann.covered_fraction(objects, faces)
         fractions[split].append(value)
+    counts = plan.face_counts()
+    most = max(counts, default=0)
+    sel = imageread.Selection(
+        written, plan.names, plan.split_of, plan.labels,
+        attrs={"faces": counts}, attr_names={"faces": [str(i) for i in range(max(most, 0) + 1)]},
+        boxes=[ann.EMPTY if f is None else f for f in plan.faces])
+    built = imageread.write_selection(sink, sel, iter(files), plan.opts["size"], with_crops=True, oriented=False)
+    built["crops"] = torch.from_numpy(built["crops"].astype(np.int32))
     built["object_face_fraction"] = {s: torch.tensor(v, dtype=torch.float32) for s, v in fractions.items()}
     built["object_boxes"] = {"source": None if plan.layout.boxes is None else str(plan.layout.boxes),
                              "images": with_objects}

@@ -1,7 +1,8 @@
 """Image files into stored pixels: the one reader of every real dataset of user images.
 
 An image (a file, or encoded bytes from a table) is opened with PIL in any format it reads,
-its EXIF orientation applied and its mode converted to 8-bit RGB by
+its EXIF orientation applied (except where a dataset's annotations are in stored pixels,
+as ImageNet's are) and its mode converted to 8-bit RGB by
 :func:`bench.imageio.to_rgb` (grey, palette, CMYK, 16-bit scaled by 1/257, alpha
 composited over white, an ICC profile to sRGB), optionally reduced to one grey channel,
 and fitted to the stored size: centre-cropped to the stored aspect ratio, then resized
@@ -69,7 +70,7 @@ class Fitted:
 
     Attributes:
         pixels: uint8 [C, H, W] (C = 1 for grey, else 3).
-        native: (height, width) after the EXIF orientation.
+        native: (height, width), after the EXIF orientation where it is applied.
         crop: (left, top, width, height) of the region that was resized, in native pixels.
         digest: xxh3-64 of the encoded bytes (finds byte-identical files).
     """
@@ -80,7 +81,8 @@ class Fitted:
     digest: bytes
 
 
-def read_image(source: bytes | Path, size: Sequence[int], grey: bool = False, name: str | None = None) -> Fitted:
+def read_image(source: bytes | Path, size: Sequence[int], grey: bool = False, name: str | None = None,
+               oriented: bool = True) -> Fitted:
     """Reads one image and fits it to the stored size.
 
     Args:
@@ -88,6 +90,8 @@ def read_image(source: bytes | Path, size: Sequence[int], grey: bool = False, na
         size: Stored (height, width).
         grey: Keep one grey channel (ITU-R 601 luma) instead of RGB.
         name: What to call the image in an error (default: the file).
+        oriented: Apply the EXIF orientation (false: pixels in stored order, the frame in
+            which an official dataset's boxes are given).
 
     Raises:
         BenchError: The image cannot be read or decoded; the message names it.
@@ -103,14 +107,14 @@ def read_image(source: bytes | Path, size: Sequence[int], grey: bool = False, na
 
     try:
         with Image.open(io.BytesIO(data)) as image:
-            orientation = image.getexif().get(0x0112, 1)
+            orientation = image.getexif().get(0x0112, 1) if oriented else 1
             width, height = image.size
             if orientation in _ROTATING:
                 width, height = height, width
             crop = crop_box(height, width, size)
             _draft(image, (width, height), crop, size, orientation in _ROTATING)
             image.load()
-            rgb = to_rgb(image)  # applies the EXIF orientation
+            rgb = to_rgb(image, oriented)
     except UnidentifiedImageError:
         raise BenchError(f"cannot read image {name}: not an image PIL recognises") from None
     except BenchError as exc:
@@ -167,7 +171,7 @@ class Decoded:
 
 
 def decode_stream(items: Iterable[tuple[str, bytes | Path]], size: Sequence[int], grey: bool = False,
-                  chunk: int = CHUNK) -> Iterator[Decoded]:
+                  chunk: int = CHUNK, oriented: bool = True) -> Iterator[Decoded]:
     """Decodes (name, source) items in order, ``chunk`` at a time, in threads.
 
     Args:
@@ -175,6 +179,7 @@ def decode_stream(items: Iterable[tuple[str, bytes | Path]], size: Sequence[int]
         size: Stored (height, width).
         grey: One grey channel instead of RGB.
         chunk: Images per yielded chunk.
+        oriented: Apply each image's EXIF orientation (see :func:`read_image`).
 
     Raises:
         BenchError: An image cannot be read; the message names it.
@@ -186,15 +191,15 @@ def decode_stream(items: Iterable[tuple[str, bytes | Path]], size: Sequence[int]
         for item in items:
             batch.append(item)
             if len(batch) == chunk:
-                yield _decode_batch(pool, batch, size, grey)
+                yield _decode_batch(pool, batch, size, grey, oriented)
                 batch = []
         if batch:
-            yield _decode_batch(pool, batch, size, grey)
+            yield _decode_batch(pool, batch, size, grey, oriented)
 
 
 def _decode_batch(pool: ThreadPoolExecutor, batch: list[tuple[str, bytes | Path]], size: Sequence[int],
-                  grey: bool) -> Decoded:
-    fitted = list(pool.map(lambda item: read_image(item[1], size, grey, item[0]), batch))
+                  grey: bool, oriented: bool) -> Decoded:
+    fitted = list(pool.map(lambda item: read_image(item[1], size, grey, item[0], oriented), batch))
     return Decoded(
         pixels=torch.from_numpy(np.stack([f.pixels for f in fitted])),
         natives=np.array([f.native for f in fitted], dtype=np.int64).reshape(-1, 2),
@@ -248,7 +253,8 @@ class Selection:
 
 
 def write_selection(sink: Any, selection: Selection, sources: Iterable[bytes | Path], size: Sequence[int],
-                    grey: bool = False, rotations: int = 1, with_crops: bool = False) -> dict[str, Any]:
+                    grey: bool = False, rotations: int = 1, with_crops: bool = False,
+                    oriented: bool = True) -> dict[str, Any]:
     """Decodes a selection chunk by chunk into a sink and describes every split.
 
     Args:
@@ -262,6 +268,7 @@ def write_selection(sink: Any, selection: Selection, sources: Iterable[bytes | P
         with_crops: Also return ``crops``: int64 [N, 4] (left, top, width, height), the region
             of each original image that was stored, in reading order (to fit annotations
             that arrive later with :func:`fit_boxes`).
+        oriented: Apply each image's EXIF orientation (see :func:`read_image`).
 
     Returns:
         Info: ``images`` (:func:`bench.datasets.base.size_report`) and ``duplicates``
@@ -276,7 +283,7 @@ def write_selection(sink: Any, selection: Selection, sources: Iterable[bytes | P
     natives, crops, digests = [], [], []
     start = 0
     items = zip(selection.names, sources)
-    for chunk in decode_stream(items, size, grey):
+    for chunk in decode_stream(items, size, grey, oriented=oriented):
         n = len(chunk.digests)
         where = np.array(selection.split_of[start : start + n])
         for split, writer in writers.items():

@@ -107,13 +107,13 @@ def find_data_dir(root: Path) -> Path | None:
 
 
 def list_split(folder: Path) -> list[MarketImage]:
-    """Lists the ``.jpg`` images of a split folder in name order.
+    """Lists the ``.jpg`` images of a split folder in name order (hidden files, such as macOS's ``._*``, skipped).
 
     Raises:
         BenchError: A file name does not follow the Market-1501 pattern.
     """
     images = []
-    for path in sorted(p for p in folder.iterdir() if p.suffix.lower() == ".jpg"):
+    for path in sorted(p for p in folder.iterdir() if p.suffix.lower() == ".jpg" and not p.name.startswith(".")):
         try:
             pid, cam, seq = parse_name(path.name)
         except ValueError as exc:

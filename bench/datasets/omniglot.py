@@ -33,7 +33,7 @@ from bench.datasets.base import (
     fingerprint,
     source_fingerprint,
 )
-from bench.datasets.classsplit import SPLITS, parse_options, split_classes
+from bench.datasets.classsplit import SPLITS, cap_groups, parse_options, split_classes
 from bench.errors import BenchError
 from bench.registry import register_dataset
 from bench.seeding import make_generator
@@ -116,7 +116,8 @@ class Omniglot(Dataset):
         rotations: Add the 90/180/270-degree rotations of every character as classes (default true).
         split_fractions: Train / val / test fractions of the characters (default 1028/172/423 of 1623).
         seed: Seed of the character permutation.
-        max_classes: Use at most this many characters (before rotations).
+        max_classes: Use at most this many characters (before rotations); with split lists,
+            a seeded choice from each list in proportion to its size.
         splits: A folder of train.txt / val.txt / test.txt character lists (default:
             ``splits/vinyals/`` next to the image folders when it exists).
     """
@@ -201,7 +202,7 @@ class Omniglot(Dataset):
             raise BenchError(f"omniglot: splits={lists} is not a folder of train.txt, val.txt and test.txt")
         if lists.is_dir():
             opts["splits"] = str(lists)
-            groups = read_split_lists(lists, characters)
+            groups = cap_groups(read_split_lists(lists, characters), opts["max_classes"], opts["seed"], self.name)
         else:
             groups = split_classes({c: len(f) for c, f in characters.items()}, {**opts, "min_images": 1}, self.name)
         return opts, base, characters, groups

@@ -253,6 +253,25 @@ def test_malformed_tables(tmp_path):
         load(fx.root, tmp_path / "cache")
 
 
+@pytest.mark.parametrize("images, table", [("aligned", "list_landmarks_align_celeba.txt"),
+                                            ("wild", "list_bbox_celeba.txt")])
+def test_a_malformed_box_table_fails_before_any_image_is_decoded(images, table, tmp_path, monkeypatch):
+    fx = write_celeba(tmp_path / "data", n_ids=3, per_id=3, small_ids=0, wild=True)
+    path = fx.base / table
+    path.write_text("\n".join(path.read_text().splitlines()[:-2]) + "\n")  # truncated
+    monkeypatch.setattr(celeba, "decode", lambda *a, **k: pytest.fail("an image was decoded"))
+    with pytest.raises(BenchError, match=table):
+        load(fx.root, tmp_path / "cache", images=images)
+
+
+def test_public_images_are_of_identities_in_no_split(tmp_path):
+    fx = write_celeba(tmp_path / "data", n_ids=4, per_id=3, small_ids=2)
+    s = load(fx.root, tmp_path / "cache")
+    public = CelebA().load_public(fx.root, {"min_images": 3}, tmp_path / "cache")
+    used = {int(i) for t in s.sets.values() for i in t.labels}
+    assert public is not None and len(public) and not set(public.labels.tolist()) & used
+
+
 def test_read_table_irregular_spacing(tmp_path):
     path = tmp_path / "table.txt"
     path.write_text("2\nimage_id a b\n000001.jpg    5  -7\n000002.jpg 1 2  \n")

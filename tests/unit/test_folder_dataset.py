@@ -183,6 +183,20 @@ def test_attributes_and_boxes_follow_the_images(tmp_path):
     assert splits.info["annotations"] == ["attributes.csv", "boxes.csv"]
 
 
+def test_file_names_that_are_not_utf8_are_read(tmp_path):
+    """A zip made on Windows and unpacked on Linux leaves names of bytes that are not UTF-8."""
+    import os
+
+    root = tmp_path / "people"
+    for c, person in enumerate(("ann", "bob", "cy")):
+        (root / person).mkdir(parents=True)
+        for i in range(2):
+            name = os.fsdecode(f"{person}-Ren".encode() + b"\xe9" + f"e_{i}.png".encode())
+            solid((30 * c + 10 * i, 90, 200)).save(root / person / name)
+    splits = Folder().load(None, opts(root, min_images=2, split_fractions=(1, 0, 0)), tmp_path / "cache")
+    assert len(splits["train"]) == 6 and splits["train"].labels.unique().numel() == 3
+
+
 def test_a_class_below_min_images_is_left_out(tree, cache):
     splits = Folder().load(None, opts(tree.root, min_images=5, split_fractions=[0.5, 0, 0.5]), cache)
     assert sorted(splits.info["class_names"]["train"] + splits.info["class_names"]["test"]) == ["alice", "bob"]

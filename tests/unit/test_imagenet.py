@@ -158,7 +158,7 @@ def test_splits_are_streamed_into_shards_a_chunk_at_a_time(fx, tmp_path, monkeyp
     real = imageread.decode_stream
     seen: dict[str, list[int]] = {"chunks": [], "ahead": []}
 
-    def counting(items, size, grey=False, chunk=imageread.CHUNK):
+    def counting(items, size, grey=False, chunk=imageread.CHUNK, oriented=True):
         pulled = [0]
 
         def lazy():
@@ -167,7 +167,7 @@ def test_splits_are_streamed_into_shards_a_chunk_at_a_time(fx, tmp_path, monkeyp
                 yield item
 
         done = 0
-        for decoded in real(lazy(), size, grey, chunk=3):
+        for decoded in real(lazy(), size, grey, chunk=3, oriented=oriented):
             done += len(decoded.digests)
             seen["chunks"].append(len(decoded.digests))
             seen["ahead"].append(pulled[0] - done)
@@ -213,6 +213,39 @@ def test_options_pick_classes_and_cap_images(fx, cache):
         with pytest.raises(BenchError) as exc:
             ImageNet().inspect(fx.root, bad)
         assert words in one_line(exc)
+
+
+def test_exif_orientation_is_not_applied_so_faces_stay_in_their_boxes(fx, official, tmp_path):
+    """The released boxes are pixels of the stored image, as PIL opens it without the EXIF orientation."""
+    from PIL import Image
+
+    copy = tmp_path / "imagenet"
+    shutil.copytree(fx.base, copy)
+    path = copy / fix.TWO_FACES
+    with Image.open(path) as image:
+        image.load()
+        exif = image.getexif()
+        exif[0x0112] = 6  # "rotate 90 degrees clockwise to display"
+        image.save(path, "JPEG", quality=95, exif=exif.tobytes())
+    splits = ImageNet().load(tmp_path, OFFICIAL, tmp_path / "cache")
+    i = order(fx, "train").index(fix.TWO_FACES)
+    assert torch.equal(splits["train"].boxes[i], official["train"].boxes[i])
+    assert (splits["train"].images[i].float() - official["train"].images[i].float()).abs().mean() < 1  # re-encoded
+    x1, y1, x2, y2 = splits["train"].boxes[i][0].int().tolist()
+    assert splits["train"].images[i][:, y1:y2, x1:x2].float().mean() > 225  # white face (rotated: dark)
+
+
+def test_a_malformed_localisation_file_fails_before_any_image_is_decoded(fx, tmp_path, monkeypatch):
+    base = tmp_path / "imagenet"
+    shutil.copytree(fx.base, base)
+    next((base / "bbox" / "train").rglob("*.xml")).write_text("<annotation><object>")
+
+    def decode(*args, **kwargs):
+        raise AssertionError("an image was decoded")
+
+    monkeypatch.setattr(imageread, "decode_stream", decode)
+    with pytest.raises(BenchError, match="is not ILSVRC localisation XML"):
+        ImageNet().load(tmp_path, OFFICIAL, tmp_path / "cache")
 
 
 def write_entries(base, entries):

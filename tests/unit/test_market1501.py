@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import bench.datasets.market1501 as market
-from bench.datasets.market1501 import Market1501, parse_name
+from bench.datasets.market1501 import Market1501, find_data_dir, parse_name
 from bench.errors import BenchError
 from bench.registry import datasets
 from tasks.reid_metrics import evaluate_rank
@@ -79,6 +79,16 @@ def test_splits_follow_the_protocol(tmp_path):
         assert s.labels.dtype == torch.int64 and s.cams.dtype == torch.int64
         assert s.images.dtype == torch.uint8 and s.images.shape[1:] == (3, 128, 64)
         assert s.cams.min() >= 0 and s.cams.max() <= 1
+
+
+def test_hidden_files_such_as_macos_resource_forks_are_skipped(tmp_path):
+    write_market1501(tmp_path / "data")
+    plain = load(tmp_path / "data", tmp_path / "cache")
+    query = find_data_dir(tmp_path / "data") / "query"
+    for image in sorted(query.iterdir())[:2]:
+        (query / f"._{image.name}").write_bytes(b"\x00\x05\x16\x07")  # AppleDouble, not a JPEG
+    again = load(tmp_path / "data", tmp_path / "cache2")
+    assert torch.equal(again["query"].labels, plain["query"].labels)
 
 
 def test_images_are_decoded_in_name_order(tmp_path):

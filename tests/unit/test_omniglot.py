@@ -100,6 +100,23 @@ def test_split_lists_in_the_prototypical_networks_layout(root, tmp_path):
     assert "test.txt" in one_line(exc)
 
 
+def test_max_classes_caps_split_lists_in_proportion(root, tmp_path):
+    lists = tmp_path / "vinyals"
+    lists.mkdir()
+    (lists / "train.txt").write_text("".join(f"Alphabet_A/character0{i}\n" for i in (1, 2, 3, 4)))
+    (lists / "val.txt").write_text("Alphabet_B/character01\nAlphabet_B/character02\n")
+    (lists / "test.txt").write_text("Alphabet_C/character01\nAlphabet_C/character02\n")
+    options = {"splits": str(lists), "max_classes": 4}
+    shape = Omniglot().inspect(root, options)
+    assert {s: len(v.counts) // 4 for s, v in shape.items()} == {"train": 2, "val": 1, "test": 1}
+    splits = Omniglot().load(root, options, tmp_path / "cache")
+    assert splits.info["characters"] == {"train": 2, "val": 1, "test": 1}
+    again = Omniglot().inspect(root, options)
+    assert {s: v.counts for s, v in again.items()} == {s: v.counts for s, v in shape.items()}
+    whole = Omniglot().inspect(root, {"splits": str(lists), "max_classes": 8})
+    assert {s: len(v.counts) // 4 for s, v in whole.items()} == {"train": 4, "val": 2, "test": 2}
+
+
 def test_missing_layout_and_bad_options_are_one_line_errors(root, tmp_path):
     with pytest.raises(BenchError) as exc:
         Omniglot().inspect(None, {})
