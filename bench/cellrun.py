@@ -64,6 +64,7 @@ def execute(
     from bench.cpus import fit_torch_threads
     from bench.grid import CellOutcome, cell_label
     from bench.runner import cell_artifacts, run_cell
+    from bench.tracking.verify import UnverifiedResult
 
     started = time.perf_counter()
     cfg = planned.config
@@ -75,8 +76,11 @@ def execute(
             log(f"marked {orphans} run(s) of this cell left by a killed process FAILED")
         existing = tracker.finished_runs(key)
         if existing and not force:
-            result = tracker.load_result(existing[0])
-            changed = data_changed(planned, result)
+            try:
+                result = tracker.load_result(existing[0])
+                changed = data_changed(planned, result)
+            except UnverifiedResult as exc:
+                changed = exc.reason
             if changed is None:
                 return CellOutcome(key, label, "skipped", existing[0], time.perf_counter() - started, result=result)
             print(f"bench: warning: {label}: {changed}; computing the cell again (run {existing[0]} is "

@@ -15,8 +15,14 @@ def file_lock(path: Path) -> Iterator[None]:
     except ImportError:  # no POSIX locks: a grid still never logs a cell twice itself
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")
+    except OSError as exc:
+        from bench.errors import BenchError
+
+        raise BenchError(f"cannot take the lock {path}: {exc.strerror or exc}") from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import os
 import sys
 import tempfile
 import time
@@ -114,6 +115,16 @@ def resolve_device(name: str) -> torch.device:
     raise BenchError(f"unknown device {name!r} (use auto, cpu, cuda or cuda:N)")
 
 
+def _check_writable(what: str, folder: Path) -> None:
+    """Raises a one-line BenchError unless ``folder`` is a directory this process can write (or create)."""
+    if folder.exists() and not folder.is_dir():
+        raise BenchError(f"the {what} directory {folder} is a file, not a directory")
+    existing = next((p for p in (folder, *folder.absolute().parents) if p.exists()), None)
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == folder else f" (nor can {folder} be created in it)"
+        raise BenchError(f"the {what} directory {existing} is not writable{where}; pass --{what}-dir DIR")
+
+
 def plan(config: RunConfig) -> Plan:
     """Validates names, parameters, profile and device without computing anything.
 
@@ -125,8 +136,7 @@ def plan(config: RunConfig) -> Plan:
     if not (isinstance(config.seed, int) and 0 <= config.seed < SEED_LIMIT):
         raise BenchError(f"--seed must be an integer in [0, 2^63), got {config.seed!r}")
     for what, folder in (("results", config.results_dir), ("cache", config.cache)):
-        if Path(folder).exists() and not Path(folder).is_dir():
-            raise BenchError(f"the {what} directory {folder} is a file, not a directory")
+        _check_writable(what, Path(folder))
     if config.split not in ("test", "val"):
         raise BenchError(f"unknown evaluation split {config.split!r} (use test, or val for tuning)")
     task_cls = task_registry.get(config.task)

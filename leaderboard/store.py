@@ -24,6 +24,7 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.interfaces import RESULT_SCHEMA, Result
 from bench.tracking import SUPERSEDED
+from bench.tracking.verify import UnverifiedResult, check_result
 
 if TYPE_CHECKING:
     from bench.tracking import Tracker
@@ -57,11 +58,14 @@ class Skipped:
         old_schema: Where (``the MLflow runs``, ``entry x.json``) -> results of schema 1.
         superseded: Runs a forced re-run replaced.
         unreadable: FINISHED runs without a readable result.json.
+        unverified: FINISHED runs whose result.json does not match the digest they logged, or
+            that logged none (:mod:`bench.tracking.verify`).
     """
 
     old_schema: dict[str, int] = field(default_factory=dict)
     superseded: int = 0
     unreadable: int = 0
+    unverified: int = 0
 
     def notes(self) -> list[str]:
         """Returns one line per kind of result left out (none when nothing was)."""
@@ -72,6 +76,9 @@ class Skipped:
                        "with the old formula (a useless attack counted as privacy 1.0); rerun them to include them")
         if self.unreadable:
             out.append(f"{self.unreadable} FINISHED run(s) have no readable result.json; left out")
+        if self.unverified:
+            out.append(f"{self.unverified} FINISHED run(s) have a result.json that does not match the digest logged "
+                       "with it, or none was logged; left out ('bench run --force' computes such a cell again)")
         if self.superseded:
             out.append(f"{self.superseded} run(s) superseded by a forced re-run left out")
         return out
@@ -91,7 +98,7 @@ def runs_frame(tracker: "Tracker", skipped: Skipped | None = None) -> pd.DataFra
         if SUPERSEDED in run.data.tags:
             skipped.superseded += 1
             continue
-        data = _artifact(tracker, run, "result.json")
+        data = _artifact(tracker, run, "result.json", binary=True)
         try:
             raw = json.loads(data) if data is not None else None
         except ValueError:
@@ -99,6 +106,12 @@ def runs_frame(tracker: "Tracker", skipped: Skipped | None = None) -> pd.DataFra
         if isinstance(raw, dict) and raw.get("schema") == 1:
             old += 1
             continue
+        if data is not None:
+            try:
+                check_result(run, data)
+            except UnverifiedResult:
+                skipped.unverified += 1
+                continue
         try:
             result = Result.from_dict(raw) if isinstance(raw, dict) else None
         except (ValueError, TypeError, KeyError):

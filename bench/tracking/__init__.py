@@ -22,6 +22,8 @@ from typing import Any, Iterator, Mapping, Sequence
 from bench import precision
 from bench.errors import BenchError
 from bench.tracking.metrics import flatten, metric_batches, result_metrics
+from bench.tracking.relocate import check_moved
+from bench.tracking.verify import RESULT_DIGEST, check_result, result_digest
 from bench.interfaces import RESULT_SCHEMA, Result
 from bench.locks import file_lock
 
@@ -104,31 +106,22 @@ class Tracker:
             raise BenchError(f"no results database at {database} (run 'bench run' first or pass --results-dir)")
         if database.exists() and not database.is_file():
             raise BenchError(f"tracking database {database} is not a file")
+        if create and database.exists() and not os.access(database, os.W_OK):
+            raise BenchError(f"tracking database {database} is read-only: new runs cannot be logged to it")
         try:
             database.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise BenchError(f"cannot create the results directory {database.parent}: {exc.strerror or exc}") from None
         if database.exists():  # open and probe it without writing anything
             self.client = self._open(probe=False)
-            self._warn_if_moved(database)
+            if database.resolve() == (self.results_dir / "mlflow.db").resolve():
+                check_moved(self.results_dir, writing=create)
             return
         # Processes starting together on one results directory would otherwise race to
         # create MLflow's sqlite schema and the experiment.
         with file_lock(database.parent / ".bench-init.lock"):
             self.client = self._open(probe=False)
             _ = self.experiment_id
-
-    def _warn_if_moved(self, database: Path) -> None:
-        """Says in one line when a copied or moved results directory still points at the old artifacts."""
-        from bench.tracking.relocate import moved_from
-
-        if database.resolve() != (self.results_dir / "mlflow.db").resolve():
-            return
-        with contextlib.suppress(Exception):  # a store of another schema: the probe has spoken already
-            old = moved_from(self.results_dir)
-            if old is not None:
-                print(f"[bench] warning: {self.results_dir} was copied or moved (its runs' artifacts are still read "
-                      f"from {old}); run 'bench relocate --results-dir {self.results_dir}'", file=sys.stderr)
 
     def _open(self, probe: bool) -> Any:
         """Opens the client and touches the store once; any failure is one BenchError line."""
@@ -202,13 +195,15 @@ class Tracker:
         """
         from mlflow.entities import RunTag
 
-        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in self._tags(result).items()])
+        blob = result.to_json().encode()
+        tags = {**self._tags(result), RESULT_DIGEST: result_digest(blob)}
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
         for batch in metric_batches(result_metrics(result), curves, _millis()):
             self.client.log_batch(run_id, metrics=batch)
         self._log_settings(run_id, configs)
         self._log_dataset(run_id, result)
         with tempfile.TemporaryDirectory() as tmp:
-            files = {"result.json": result.to_json().encode(),
+            files = {"result.json": blob,
                      "config.json": json.dumps(configs, indent=2, default=str).encode()}
             files.update(artifacts)
             for filename, content in files.items():
@@ -336,9 +331,10 @@ class Tracker:
         raise BenchError(f"no run or finished cell {ref!r} in {self.uri}")
 
     def load_result(self, run_id: str) -> Result:
-        """Returns the result logged by a run.
+        """Returns the result logged by a run, once its bytes match the digest the run logged.
 
         Raises:
+            UnverifiedResult: result.json differs from its digest, or the run has none.
             BenchError: No such run, or it has no result (not a PrivBench cell, or unfinished).
         """
         from mlflow.exceptions import MlflowException
@@ -354,8 +350,10 @@ class Tracker:
                 path = self.client.download_artifacts(run_id, "result.json", tmp)
             except (MlflowException, OSError):
                 raise BenchError(f"run {run_id!r} has no result.json: not a PrivBench cell") from None
+            data = Path(path).read_bytes()
+            check_result(run, data)
             try:
-                return Result.from_dict(json.loads(Path(path).read_text()))
+                return Result.from_dict(json.loads(data))
             except ValueError as exc:
                 raise BenchError(f"run {run_id!r}: {exc}") from None
 

@@ -10,13 +10,15 @@ directory are relocated (a tracking server owns its own locations).
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from bench.errors import BenchError
 
-__all__ = ["moved_from", "relocate"]
+__all__ = ["check_moved", "moved_from", "relocate"]
 
 COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), ("logged_models", "artifact_location"))
 """Every column of MLflow's sqlite schema that holds an artifact location."""
@@ -45,6 +47,36 @@ def moved_from(results_dir: Path) -> str | None:
         return None
     current = rows[0][0].rstrip("/")
     return None if current == _root_uri(results_dir) else current
+
+
+def check_moved(results_dir: Path, writing: bool) -> None:
+    """Refuses to write into a copied or moved results directory that still points at the old artifacts.
+
+    Its new runs' files would land in the old folder (or nowhere), so a writer must
+    relocate it first; a reader is told so in one line and goes on. The same folder
+    reached under another path (a second mount of one file system) is not a move.
+
+    Raises:
+        BenchError: ``writing``, and the store's artifacts are not this directory's.
+    """
+    try:
+        old = moved_from(results_dir)
+    except Exception:  # a store of another schema: the tracker's probe has spoken already
+        return
+    if old is None or _same_folder(old, Path(results_dir) / "artifacts"):
+        return
+    message = (f"{results_dir} was copied or moved (its runs' artifacts are still read from {old}); "
+               f"run 'bench relocate --results-dir {results_dir}'")
+    if writing:
+        raise BenchError(f"{message} before adding runs to it")
+    print(f"[bench] warning: {message}", file=sys.stderr)
+
+
+def _same_folder(uri: str, folder: Path) -> bool:
+    try:
+        return os.path.samefile(unquote(urlparse(uri).path), folder)
+    except OSError:
+        return False
 
 
 def relocate(results_dir: Path) -> tuple[str | None, int]:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import bench
+import bench.tracking
 from bench.errors import BenchError
 from bench.provenance import cpu_model, hardware
 
@@ -137,6 +138,8 @@ def test_a_copied_results_directory_reads_its_own_artifacts_after_relocate(ran, 
     shutil.rmtree(first)  # the folder the store pointed at is gone
     assert len(bench.results(moved)) == 0  # its runs' artifacts cannot be read
     assert "bench relocate --results-dir" in capsys.readouterr().err
+    with pytest.raises(BenchError, match="was copied or moved .* before adding runs to it"):
+        bench.tracking.Tracker(moved)  # a writer's new runs would have no folder of their own
     assert main(["relocate", "--results-dir", str(moved)]) == 0
     table = bench.results(moved)
     assert len(table) == 1 and table.iloc[0]["utility.acc"] == pytest.approx(result.utility["acc"])

@@ -105,6 +105,22 @@ def test_a_second_run_reports_the_finished_cell_and_force_supersedes_it(tmp_path
     assert metrics_of_current(tracker) == expected
 
 
+def test_an_edited_result_is_not_reported_but_computed_again(tmp_path, clean):
+    cache, expected = clean
+    shutil.copytree(cache, tmp_path / "cache")
+    assert bench_run(tmp_path / "results", tmp_path / "cache")[0] == 0
+    (path,) = (tmp_path / "results" / "artifacts").rglob("result.json")
+    result = json.loads(path.read_text())
+    result["utility"]["acc"] = 0.999
+    path.write_text(json.dumps(result))
+    code, out, err = bench_run(tmp_path / "results", tmp_path / "cache")
+    assert code == 0 and "already has a FINISHED run" not in err and "0.9990" not in out
+    (warning,) = [line for line in err.splitlines() if "does not match the digest" in line]
+    assert "computing the cell again" in warning
+    tracker = Tracker(tmp_path / "results", create=False)
+    assert metrics_of_current(tracker) == expected
+
+
 def metrics_of_current(tracker: Tracker) -> dict[str, float]:
     (run_id,) = tracker.finished_runs(tracker.client.search_runs([tracker.experiment_id])[0].data.tags["bench.cell_key"])
     return {k: v for k, v in tracker.client.get_run(run_id).data.metrics.items() if not _is_timing(k)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -54,6 +55,21 @@ def test_runs_frame_keeps_every_current_run_and_notes_what_it_leaves_out(tracker
     old = next(n for n in notes if "schema 1" in n)
     assert old.startswith("3 result(s) of schema 1 skipped (3 in the MLflow runs)") and "old formula" in old
     assert next(n for n in notes if "superseded" in n).startswith("1 run(s) superseded")
+
+
+def test_a_result_that_fails_its_digest_is_left_out_and_noted(tmp_path):
+    from urllib.parse import urlparse
+
+    tracker = Tracker(tmp_path / "results")
+    kept = tracker.log_cell(result("a"), run_config({}), {})
+    edited = tracker.log_cell(result("b"), run_config({}), {})
+    path = Path(urlparse(tracker.client.get_run(edited).info.artifact_uri).path) / "result.json"
+    path.write_text(path.read_text().replace('"seed": 0', '"seed": 7'))
+    skipped = Skipped()
+    frame = runs_frame(tracker, skipped)
+    assert list(frame["run_id"]) == [kept]
+    assert skipped.unverified == 1 and any(n.startswith("1 FINISHED run(s) have a result.json that does not match")
+                                           for n in skipped.notes())
 
 
 def test_settings_from_config_json_separate_boards(tracker):

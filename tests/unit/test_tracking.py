@@ -51,6 +51,28 @@ def test_a_failed_logging_marks_the_run_failed(results_dir, monkeypatch):
     assert [r.info.status for r in runs] == ["FAILED"]
 
 
+def _result_file(tracker: Tracker, run_id: str):
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    return Path(urlparse(tracker.client.get_run(run_id).info.artifact_uri).path) / "result.json"
+
+
+def test_a_result_changed_after_its_run_ended_is_refused(results_dir):
+    from bench.tracking.verify import RESULT_DIGEST, UnverifiedResult
+
+    tracker = Tracker(results_dir)
+    run_id = tracker.log_cell(_result("k3"), {}, {})
+    path = _result_file(tracker, run_id)
+    path.write_text(path.read_text().replace('"acc": 0.5', '"acc": 0.999'))
+    with pytest.raises(UnverifiedResult, match="does not match the digest logged with it") as exc:
+        tracker.load_result(run_id)
+    assert "\n" not in str(exc.value) and "bench run --force" in str(exc.value)
+    tracker.client.delete_tag(run_id, RESULT_DIGEST)  # as a run logged before digests were
+    with pytest.raises(UnverifiedResult, match="cannot be verified"):
+        tracker.load_result(run_id)
+
+
 def test_read_only_use_creates_nothing(tmp_path):
     with pytest.raises(BenchError, match="no results database"):
         Tracker(tmp_path / "absent", create=False)
