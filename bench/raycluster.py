@@ -237,6 +237,8 @@ def connect(ray: Any, address: str | None, num_cpus: int, num_gpus: int, verbose
     """
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": verbose, "logging_level": "ERROR",
                                "configure_logging": True, "runtime_env": runtime_env}
+    if address:
+        _probe(address)
     try:
         if address:
             ray.init(address=address, **options)
@@ -245,6 +247,21 @@ def connect(ray: Any, address: str | None, num_cpus: int, num_gpus: int, verbose
     except Exception as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         raise BenchError(f"cannot start or reach {where} with the shipped code: {_first_line(exc)}") from None
+
+
+def _probe(address: str, timeout_s: float = 5.0) -> None:
+    """Raises a one-line BenchError unless a ``host:port`` (or ``ray://``) address answers (Ray retries for minutes)."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise BenchError(f"cannot reach the Ray cluster at {address} (--ray-address): "
+                         f"{exc.strerror or type(exc).__name__}") from None
 
 
 def absolute_data_roots(cells: Sequence["Cell"]) -> list["Cell"]:

@@ -19,6 +19,7 @@ pytest.importorskip("ray", reason="the ray executor needs ray (pip install 'ray>
 
 from bench import raycluster  # noqa: E402
 from bench.cli import main  # noqa: E402
+from bench.errors import BenchError  # noqa: E402
 from bench.registry import scoped  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -254,3 +255,17 @@ def test_ray_started_by_the_caller_runs_the_nodes_code_after_the_same_check(caps
     assert code == 0, err[-3000:]
     assert summary_counts(out)["done"] == 1
     assert "2 node(s) see the cache, data and tracking store; Ray was started by the caller" in err
+
+
+def test_an_address_where_no_cluster_answers_is_one_line_at_once():
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(BenchError, match=f"cannot reach the Ray cluster at 127.0.0.1:{port} \\(--ray-address\\)"):
+        raycluster.connect(None, f"127.0.0.1:{port}", 1, 0, False, None)  # never reaches Ray
+    assert time.monotonic() - started < 10
+
