@@ -11,8 +11,14 @@ from bench.errors import BenchError
 MIN_TRIALS = 100
 """Fewer counted trials per input cannot bound a rate usefully."""
 
+MAX_TRIALS = 10**9
+"""More would hold over 16 GB of test statistics (and run for days on one CPU)."""
+
 MIN_IMAGE_SIZE = 4
 """Smallest side of the audit images."""
+
+MAX_IMAGE_SIZE = 1024
+"""Largest side: one 3-channel image still fits in a release call of the default chunk_values."""
 
 
 @dataclass(frozen=True)
@@ -46,9 +52,9 @@ class AuditConfig:
         Raises:
             BenchError: A field out of range, or a device that is not a torch device name.
         """
-        _require_int("trials", self.trials, MIN_TRIALS)
+        _require_int("trials", self.trials, MIN_TRIALS, MAX_TRIALS)
         _require_int("seed", self.seed, 0)
-        _require_int("image size", self.image_size, MIN_IMAGE_SIZE)
+        _require_int("image size", self.image_size, MIN_IMAGE_SIZE, MAX_IMAGE_SIZE)
         _require_int("channels", self.channels, 1)
         _require_int("chunk values", self.chunk_values, 1)
         confidence = self.confidence
@@ -61,6 +67,7 @@ class AuditConfig:
         return self
 
 
-def _require_int(what: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise BenchError(f"audit {what} must be an integer >= {low}, got {value!r}")
+def _require_int(what: str, value: object, low: int, high: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise BenchError(f"audit {what} must be an integer {bounds}, got {value!r}")

@@ -32,13 +32,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=audit)
 
 
-def _integer(option: str, text: str, low: int) -> int:
+def _integer(option: str, text: str, low: int, high: int | None = None) -> int:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value == int(value) and value >= low):
-        raise BenchError(f"{option} must be an integer >= {low}, got {text!r}")
+    if not (math.isfinite(value) and value == int(value) and low <= value <= (math.inf if high is None else high)):
+        bounds = f">= {low}" if high is None else f"in [{low}, {high:,}]"
+        raise BenchError(f"{option} must be an integer {bounds}, got {text!r}")
     return int(value)
 
 
@@ -55,17 +56,17 @@ def _confidence(text: str) -> float:
 def audit(args: argparse.Namespace) -> int:
     """Validates everything, audits the claim, prints the report; 1 when the claim is exceeded."""
     from bench.audit import AuditConfig, audit_mechanism
-    from bench.audit.config import MIN_IMAGE_SIZE, MIN_TRIALS
+    from bench.audit.config import MAX_IMAGE_SIZE, MAX_TRIALS, MIN_IMAGE_SIZE, MIN_TRIALS
     from bench.params import parse_assignments
     from bench.registry import load_file, mechanisms
     from bench.runner import resolve_device
 
     config = AuditConfig(
-        trials=_integer("--trials", args.trials, MIN_TRIALS),
+        trials=_integer("--trials", args.trials, MIN_TRIALS, MAX_TRIALS),
         confidence=_confidence(args.confidence),
         seed=_integer("--seed", args.seed, 0),
         device=str(resolve_device(args.device)),
-        image_size=_integer("--image-size", args.image_size, MIN_IMAGE_SIZE),
+        image_size=_integer("--image-size", args.image_size, MIN_IMAGE_SIZE, MAX_IMAGE_SIZE),
     ).validate()
     if args.mechanism_file is not None:
         load_file(args.mechanism_file)

@@ -90,8 +90,10 @@ def test_mechanism_file_is_audited(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--mechanism", "dp_pix", "--trials", "99"], "--trials must be an integer >= 100"),
-    (["--mechanism", "dp_pix", "--trials", "1.5e3x"], "--trials must be an integer >= 100"),
+    (["--mechanism", "dp_pix", "--trials", "99"], "--trials must be an integer in [100, 1,000,000,000]"),
+    (["--mechanism", "dp_pix", "--trials", "1.5e3x"], "--trials must be an integer in [100, 1,000,000,000]"),
+    (["--mechanism", "dp_pix", "--trials", "1e12"], "--trials must be an integer in [100, 1,000,000,000]"),
+    (["--mechanism", "dp_pix", "--image-size", "100000"], "--image-size must be an integer in [4, 1,024]"),
     (["--mechanism", "dp_pix", "--confidence", "1.5"], "--confidence must be a number strictly between 0 and 1"),
     (["--mechanism", "dp_pix", "--seed", "-3"], "--seed must be an integer >= 0"),
     (["--mechanism", "dp_pix", "--device", "tpu"], "unknown device 'tpu'"),
