@@ -129,7 +129,9 @@ def read_pickle(path: Path) -> Any:
         raise BenchError(f"cifar10: cannot read {path}: {exc.strerror or exc}") from None
     except pickle.UnpicklingError as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "not a pickle"
-        raise BenchError(f"cifar10: {path} is not a CIFAR-10 batch ({reason}; refused without running it)") from None
+        if reason.startswith("refused"):
+            reason += " without running it"
+        raise BenchError(f"cifar10: {path} is not a CIFAR-10 batch ({reason})") from None
     except Exception as exc:  # noqa: BLE001 - a corrupt pickle raises anything (EOFError, ValueError, ...)
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise BenchError(f"cifar10: {path} is not a CIFAR-10 batch (unreadable pickle: "

@@ -189,6 +189,7 @@ def test_a_pickle_naming_os_system_is_refused_without_running(root, tmp_path):
         Cifar10().load(tmp_path, SMALL, tmp_path / "cache")
     message = one_line(exc)
     assert "data_batch_3" in message and "not a CIFAR-10 batch" in message and "system" in message
+    assert "refused global" in message and "without running it" in message
     assert not marker.exists()
 
 
@@ -203,6 +204,11 @@ def test_a_file_that_is_not_a_batch_names_the_file(root, tmp_path):
     with pytest.raises(BenchError) as exc:
         Cifar10().load(tmp_path, SMALL, tmp_path / "cache2")
     assert "test_batch is not a CIFAR-10 batch" in one_line(exc) and "3072" in str(exc.value)
+    whole = (root / "cifar-10-batches-py" / "test_batch").read_bytes()
+    (base / "test_batch").write_bytes(whole[: len(whole) // 2])  # a download cut short
+    with pytest.raises(BenchError) as exc:
+        Cifar10().load(tmp_path, SMALL, tmp_path / "cache3")
+    assert "test_batch is not a CIFAR-10 batch (pickle data was truncated)" in one_line(exc)
 
 
 def test_python2_pickles_as_the_official_files_are_written_load():
