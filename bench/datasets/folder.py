@@ -307,12 +307,12 @@ class Folder(Dataset):
 
     def _base(self, data_root: Path | None, given: Any) -> Path:
         if given is None:
-            raise BenchError(f"folder: no image tree given; expected {self.layout}")
+            raise BenchError(f"{self.name}: no image tree given; expected {self.layout}")
         path = Path(str(given)).expanduser()
         if not path.is_absolute() and not path.exists() and data_root is not None and (Path(data_root) / path).exists():
             path = Path(data_root) / path
         if not path.exists():
-            raise BenchError(f"folder: the image tree {path} does not exist; expected {self.layout}")
+            raise BenchError(f"{self.name}: the image tree {path} does not exist; expected {self.layout}")
         if not path.is_dir():
-            raise BenchError(f"folder: {path} is a file, not a folder; expected {self.layout}")
+            raise BenchError(f"{self.name}: {path} is a file, not a folder; expected {self.layout}")
         return path.resolve()
