@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import os
 import sys
 import tempfile
 import time
@@ -20,6 +19,7 @@ from bench.config import PROFILES, did_you_mean
 from bench.datasets.base import ImageSet, Splits, load_dataset, load_public, recording_reads
 from bench.datasets.shards import configure_huggingface
 from bench.errors import BenchError
+from bench.folders import check_writable_folder
 from bench.facecrops import face_crop_view, has_face_table
 from bench.progress import StageClock
 from bench.provenance import git_sha, hardware, versions
@@ -115,16 +115,6 @@ def resolve_device(name: str) -> torch.device:
     raise BenchError(f"unknown device {name!r} (use auto, cpu, cuda or cuda:N)")
 
 
-def _check_writable(what: str, folder: Path) -> None:
-    """Raises a one-line BenchError unless ``folder`` is a directory this process can write (or create)."""
-    if folder.exists() and not folder.is_dir():
-        raise BenchError(f"the {what} directory {folder} is a file, not a directory")
-    existing = next((p for p in (folder, *folder.absolute().parents) if p.exists()), None)
-    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-        where = "" if existing == folder else f" (nor can {folder} be created in it)"
-        raise BenchError(f"the {what} directory {existing} is not writable{where}; pass --{what}-dir DIR")
-
-
 def plan(config: RunConfig) -> Plan:
     """Validates names, parameters, profile and device without computing anything.
 
@@ -135,8 +125,8 @@ def plan(config: RunConfig) -> Plan:
         raise BenchError(f"unknown profile {config.profile!r} (use {', '.join(PROFILES)})")
     if not (isinstance(config.seed, int) and 0 <= config.seed < SEED_LIMIT):
         raise BenchError(f"--seed must be an integer in [0, 2^63), got {config.seed!r}")
-    for what, folder in (("results", config.results_dir), ("cache", config.cache)):
-        _check_writable(what, Path(folder))
+    for flag, folder in (("--results-dir", config.results_dir), ("--cache-dir", config.cache)):
+        check_writable_folder(flag, Path(folder))
     if config.split not in ("test", "val"):
         raise BenchError(f"unknown evaluation split {config.split!r} (use test, or val for tuning)")
     task_cls = task_registry.get(config.task)

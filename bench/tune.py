@@ -23,7 +23,7 @@ from bench.cells import content_key
 from bench.errors import BenchError
 from bench.grid import Cell, CellOutcome, cell_label
 from bench.tune_storage import (
-    OVER_BUDGET, WORKER, counted_trials, fail_dead_trials, journal_path, open_storage, uses_budget, worker_id,
+    OVER_BUDGET, WORKER, check_storage, counted_trials, fail_dead_trials, open_storage, uses_budget, worker_id,
 )
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from bench.runner import RunConfig
 
 OBJECTIVES = ("utility", "privacy")
+SAMPLER_SEEDS = 2**32
+"""Sampler seeds are in [0, 2^32) (NumPy's RandomState)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,19 @@ class TuneConfig:
     population: int | None = None
     sampler_seed: int | None = None
     plugin_files: tuple[Path, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        """Checks the study's sizes and seed, so that a mistake stops it before anything runs.
+
+        Raises:
+            BenchError: Fewer than 1 trial, a population under 2, or a sampler seed outside [0, 2^32).
+        """
+        if self.trials < 1:
+            raise BenchError(f"--trials must be at least 1, got {self.trials}")
+        if self.population is not None and self.population < 2:
+            raise BenchError(f"--population must be at least 2 (NSGA-II breeds pairs), got {self.population}")
+        if self.sampler_seed is not None and not 0 <= self.sampler_seed < SAMPLER_SEEDS:
+            raise BenchError(f"--sampler-seed must be in [0, 2^32), got {self.sampler_seed}")
 
     @property
     def name(self) -> str:
@@ -136,8 +151,8 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
         The study.
 
     Raises:
-        BenchError: The template does not validate, nothing can be searched, or the task
-            has no adversary (privacy is an objective).
+        BenchError: The template does not validate, nothing can be searched, the task
+            has no adversary (privacy is an objective), or the storage cannot be used.
     """
     import optuna
 
@@ -153,7 +168,7 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
     if not space:
         raise BenchError(f"mechanism {config.base.mechanism!r} has no parameter left to tune "
                          f"(and task {config.base.task!r} no tunable setting that --set does not fix)")
-    journal_path(config.storage, config.base.results_dir)
+    check_storage(config.storage, config.base.results_dir)
     base = plan(trial_config(config.base, config.base.params))
     if not base.attacks:
         raise BenchError("bench tune maximises privacy: the cells need at least one attack (drop --attacks none)")

@@ -13,11 +13,16 @@ if TYPE_CHECKING:
 OVER_BUDGET = "bench.over_budget"
 WORKER = "bench.worker"
 
+RDB_URLS = "sqlite:///F.db, postgresql://..., mysql://..."
+SUPPORTED = f"use an RDB URL ({RDB_URLS}, with the database's Python driver installed) or journal:PATH"
+JOURNAL_LINE_LIMIT = 1 << 16
+"""Bytes of a journal's first line read to tell an Optuna journal from another file."""
+
 
 def storage_text(url: str | None, results_dir: Path) -> str:
-    """Returns where a study lives, for the user: the journal file, or the RDB URL."""
+    """Returns where a study lives, for the user: the journal file, or the RDB URL (its password hidden)."""
     path = journal_path(url, results_dir)
-    return f"journal {path}" if path is not None else str(url)
+    return f"journal {path}" if path is not None else _shown(url)
 
 
 def journal_path(url: str | None, results_dir: Path) -> Path | None:
@@ -34,20 +39,106 @@ def journal_path(url: str | None, results_dir: Path) -> Path | None:
         return Path(url[len("journal:"):].removeprefix("//"))
     if url.endswith((".journal", ".log")):
         return Path(url)
-    raise BenchError(f"--storage {url!r}: use an RDB URL (sqlite:///f.db, postgresql://...) or journal:PATH")
+    raise BenchError(f"--storage {url!r}: {SUPPORTED}")
 
 
-def open_storage(url: str | None, results_dir: Path) -> Any:
-    """Returns the Optuna storage for a URL (journal file by default).
+def check_storage(url: str | None, results_dir: Path) -> Path | None:
+    """Checks a storage without opening or writing it; returns its journal file (None for an RDB URL).
 
     Raises:
-        BenchError: A URL that is neither, or the journal file's folder cannot be created.
+        BenchError: Neither an RDB URL nor a journal; an RDB URL whose scheme SQLAlchemy
+            does not know or whose Python driver is not installed; a journal that is a
+            folder or a file other than an Optuna journal.
     """
     path = journal_path(url, results_dir)
     if path is None:
-        from optuna.storages import RDBStorage
+        _check_rdb_url(url)
+    else:
+        _check_journal(path)
+    return path
 
+
+def _shown(url: str) -> str:
+    """Returns an RDB URL as it may be printed: with its password hidden."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def _check_rdb_url(url: str) -> None:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+        dialect = parsed.get_dialect()
+    except ArgumentError:
+        scheme = url.partition("://")[0]
+        raise BenchError(f"--storage {_shown(url)!r}: unsupported scheme {scheme!r}; {SUPPORTED}") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        raise BenchError(f"--storage {_shown(url)!r}: the Python driver of {parsed.drivername} "
+                         f"({exc.name or 'its DB-API module'}) is not installed; install it, or use "
+                         "journal:PATH or sqlite:///F.db") from None
+
+
+def _check_journal(path: Path) -> None:
+    if path.is_dir():
+        raise BenchError(f"the study's journal {path} is a folder: name a file, e.g. --storage "
+                         f"journal:{path / 'optuna.journal'}")
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise BenchError(f"the study's journal {path} is not a regular file: name another with --storage journal:PATH")
+    try:
+        with path.open("rb") as f:
+            first = f.readline(JOURNAL_LINE_LIMIT)
+    except OSError as exc:
+        raise BenchError(f"cannot read the study's journal {path}: {exc.strerror or exc}") from None
+    if first and not _journal_record(first):
+        raise BenchError(f"{path} is not an Optuna journal (its first line is no journal record): name a new "
+                         "file or an existing journal with --storage journal:PATH")
+
+
+def _journal_record(line: bytes) -> bool:
+    """Whether a line is a whole journal record: a JSON object with an ``op_code``."""
+    import json
+
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return line.endswith(b"\n") and isinstance(record, dict) and "op_code" in record
+
+
+def open_storage(url: str | None, results_dir: Path) -> Any:
+    """Returns the Optuna storage for a URL (journal file by default), checked by :func:`check_storage` first.
+
+    Raises:
+        BenchError: The storage fails :func:`check_storage`, the database cannot be
+            opened, the journal's folder cannot be created or the journal cannot be read.
+    """
+    path = check_storage(url, results_dir)
+    return _open_rdb(url) if path is None else _open_journal(path)
+
+
+def _open_rdb(url: str) -> Any:
+    from optuna.storages import RDBStorage
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
         return RDBStorage(url, heartbeat_interval=60, grace_period=180)
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise BenchError(f"--storage {_shown(url)!r}: cannot open the database ({reason}); {SUPPORTED}") from None
+
+
+def _open_journal(path: Path) -> Any:
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -55,7 +146,13 @@ def open_storage(url: str | None, results_dir: Path) -> Any:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BenchError(f"cannot create the folder of the journal {path}: {exc}") from None
-    return JournalStorage(JournalFileBackend(str(path)))
+    try:
+        return JournalStorage(JournalFileBackend(str(path)))  # replays the journal; writes only an empty new one
+    except OSError as exc:
+        raise BenchError(f"cannot open the study's journal {path}: {exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BenchError(f"{path} is not a readable Optuna journal ({type(exc).__name__}: {exc}): name a new "
+                         "file or an existing journal with --storage journal:PATH") from None
 
 
 def still_running(study: "optuna.Study") -> int:

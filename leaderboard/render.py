@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from bench.errors import BenchError
 from leaderboard.boards import Board, Leaderboard
 from leaderboard.exports import PROTOCOL_LINE, fmt, interval_text, render_markdown, write_csv
 from leaderboard.groups_view import mechanism_groups
@@ -211,6 +212,19 @@ def _joined(values) -> str:
     return ", ".join(sorted({str(v) for v in values if str(v)})) or "–"
 
 
+def _make_folders(out: Path) -> None:
+    """Creates the site folder and its subfolders.
+
+    Raises:
+        BenchError: The folder is a file, lies under one, or cannot be created.
+    """
+    try:
+        for sub in ("boards", "mechanisms", "plots", "static"):
+            (out / sub).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BenchError(f"cannot create the site folder {out}: {exc.strerror or exc} (name a folder)") from None
+
+
 def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[str, str | Path] | None = None) -> Path:
     """Writes the static leaderboard site.
 
@@ -229,10 +243,12 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
 
     Returns:
         The path of ``index.html``.
+
+    Raises:
+        BenchError: ``out_dir`` is a file, lies under one, or cannot be created.
     """
     out = Path(out_dir)
-    for sub in ("boards", "mechanisms", "plots", "static"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
+    _make_folders(out)
     env = _environment()
     table = leaderboard_table(leaderboard)
     explore = exploration_table(leaderboard)

@@ -62,6 +62,26 @@ def entries_dir(args: argparse.Namespace) -> Path:
     return Path(os.environ["BENCH_ENTRIES"]) if os.environ.get("BENCH_ENTRIES") else ENTRIES_DIR
 
 
+def check_entries_folder(args: argparse.Namespace) -> None:
+    """Checks that the entries folder --entries or $BENCH_ENTRIES names is a folder (the default may be missing).
+
+    Raises:
+        BenchError: The named folder does not exist or is a file.
+    """
+    if getattr(args, "no_entries", False):
+        return
+    if getattr(args, "entries", None) is not None:
+        flag = "--entries"
+    elif os.environ.get("BENCH_ENTRIES"):
+        flag = "$BENCH_ENTRIES"
+    else:
+        return
+    folder = entries_dir(args)
+    if not folder.is_dir():
+        state = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise BenchError(f"{flag} {folder} {state}: name the folder of entry JSON files, or pass --no-entries")
+
+
 def collect(args: argparse.Namespace):
     """Returns (Leaderboard, result rows, tracker or None) from the runs, entries and suites the options name.
 
@@ -69,7 +89,8 @@ def collect(args: argparse.Namespace):
     on stderr, one line each.
 
     Raises:
-        BenchError: There are no results at all, or an entry or a named suite is malformed.
+        BenchError: There are no results at all, the entries folder named is none, or an
+            entry or a named suite is malformed.
     """
     import pandas as pd
 
@@ -78,6 +99,7 @@ def collect(args: argparse.Namespace):
     from leaderboard.declare import suite_declarations
     from leaderboard.store import Skipped, combine, read_entries, runs_frame
 
+    check_entries_folder(args)
     local, problems = suite_declarations(args.suite, data_root(args.data_root))
     skipped = Skipped()
     try:
@@ -100,16 +122,28 @@ def collect(args: argparse.Namespace):
     return build_leaderboard(frame, [*local, *declarations]), frame, tracker
 
 
+def site_folder(args: argparse.Namespace) -> Path:
+    """Returns --out, else RESULTS_DIR/leaderboard."""
+    return args.out or args.results_dir / "leaderboard"
+
+
 def build_site_from(args: argparse.Namespace) -> Path:
-    """Builds the site into --out and returns the path of index.html."""
+    """Builds the site into --out and returns the path of index.html.
+
+    Raises:
+        BenchError: --out cannot be a folder, or :func:`collect` refuses the sources.
+    """
     import tempfile
     import warnings
 
     from leaderboard.render import build_site
     from leaderboard.store import sample_sheets
 
+    from bench.folders import check_writable_folder
+
+    out = site_folder(args)
+    check_writable_folder("--out", out)
     board, frame, tracker = collect(args)
-    out = args.out or args.results_dir / "leaderboard"
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sheets = sample_sheets(tracker, frame, tmp) if tracker is not None else {}
@@ -127,14 +161,40 @@ def build_cmd(args: argparse.Namespace) -> int:
 
 
 def serve_cmd(args: argparse.Namespace) -> int:
-    """Serves the site on 127.0.0.1 until interrupted."""
+    """Serves the site on 127.0.0.1 until interrupted; takes the port before it builds a missing site.
+
+    Raises:
+        BenchError: The port is out of range or taken, or the site cannot be built.
+    """
+    from bench.cli.ui_cmd import check_port
+
+    check_port(args.port, lowest=0)
+    args.out = out = site_folder(args)
+    build = args.rebuild or not (out / "index.html").is_file()
+    server = listen(args.port, out)
+    try:
+        if build:
+            build_site_from(args)
+        print(f"serving {out} at http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            print("stopped", file=sys.stderr)
+    finally:
+        server.server_close()
+    return 0
+
+
+def listen(port: int, folder: Path):
+    """Returns an HTTP server bound to 127.0.0.1:port that serves a folder's files (not yet serving).
+
+    Raises:
+        BenchError: The port is taken or reserved.
+    """
     import functools
     import http.server
 
-    out = args.out or args.results_dir / "leaderboard"
-    if args.rebuild or not (out / "index.html").is_file():
-        args.out = out
-        build_site_from(args)
+    from bench.cli.ui_cmd import cannot_listen
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         timeout = 10  # a client that stops reading cannot hold the server open
@@ -148,17 +208,9 @@ def serve_cmd(args: argparse.Namespace) -> int:
         daemon_threads = False
 
     try:
-        server = Server(("127.0.0.1", args.port), functools.partial(Quiet, directory=str(out)))
+        return Server(("127.0.0.1", port), functools.partial(Quiet, directory=str(folder)))
     except OSError as exc:
-        raise BenchError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}") from None
-    print(f"serving {out} at http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
-    finally:
-        server.server_close()
-    return 0
+        raise cannot_listen(port, exc) from None
 
 
 def show_cmd(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bench.cli.common import add_location_args
 from bench.errors import BenchError
+from bench.folders import check_writable_folder
 
 FORMATS = ("markdown", "latex", "csv")
 
@@ -67,7 +68,7 @@ def report(args: argparse.Namespace) -> int:
     for column in columns:
         parse_column(column)
     if args.plot is not None:
-        _check_plot_dir(args.plot)
+        check_writable_folder("--plot", args.plot)
     skipped = Skipped()
     leaderboard = None
     if args.plot is not None:
@@ -108,13 +109,6 @@ def report(args: argparse.Namespace) -> int:
     if leaderboard is not None:
         _write_plots(leaderboard, args.plot, args.benchmark)
     return 0
-
-
-def _check_plot_dir(path: Path) -> None:
-    """Raises BenchError when ``path`` or the first of its parents that exists is not a folder."""
-    existing = next((p for p in (path, *path.parents) if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise BenchError(f"--plot {path}: {existing} is a file, not a folder")
 
 
 def _write_plots(leaderboard, out: Path, benchmark: str | None) -> None:

@@ -62,6 +62,8 @@ def submit(args: argparse.Namespace) -> int:
     where = placement(args)
     cells = expand(suite, where)
     check_protocol(suite, cells)
+    folder = entries_dir(args)
+    check_entry_target(folder, args.name or name)
     checks = conformance(name)
     audit = submission_audit(name, cells)
     print(f"[bench] submit {name}: conformance passed ({len(checks)} checks); {len(cells)} cells of suite "
@@ -72,7 +74,6 @@ def submit(args: argparse.Namespace) -> int:
         raise BenchError(f"{len(summary.failed)} of {len(cells)} cells failed (listed above); no entry written, "
                          "rerun to retry them")
     entry = build_entry(args, EntryParts(name, mechanism_cls, suite, cells, checks, audit), summary, where)
-    folder = entries_dir(args)
     path = write_entry(entry, folder)
     print(f"entry written: {path} ({len(entry['cells'])} cells)")
     _print_rows(entry)
@@ -220,12 +221,49 @@ def build_entry(args, parts: EntryParts, summary, where) -> dict[str, Any]:
     }
 
 
-def write_entry(entry: dict[str, Any], folder: Path) -> Path:
-    """Writes ``folder/<slug of the name>.json`` (replacing an entry of the same name)."""
+def entry_path(folder: Path, name: str) -> Path:
+    """Returns the file an entry of this name is written to: ``folder/<slug of the name>.json``."""
     from leaderboard.render import slug
 
+    return folder / f"{slug(name)}.json"
+
+
+def check_entry_target(folder: Path, name: str) -> None:
+    """Checks, before anything runs, that the entry can be written and would replace only its own earlier version.
+
+    An earlier entry of the same name is replaced (a resubmission); this says so on stderr.
+
+    Raises:
+        BenchError: --entries is not a folder and cannot be created, or the entry's file
+            is a folder or holds something other than an entry of this name.
+    """
+    from bench.folders import check_writable_folder
+
+    check_writable_folder("--entries", folder)
+    path = entry_path(folder, name)
+    if not path.exists():
+        return
+    if path.is_file() and _entry_name(path) == name:
+        print(f"[bench] submit: {path} holds an earlier entry named {name!r}; it is replaced once the cells are done",
+              file=sys.stderr, flush=True)
+        return
+    raise BenchError(f"--entries: {path} exists and is not an entry named {name!r}; move it away, or pass "
+                     "another --entries folder or --name")
+
+
+def _entry_name(path: Path) -> str | None:
+    """Returns the name of the entry in a file, or None when the file holds no entry."""
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return str(entry.get("name")) if isinstance(entry, dict) and "name" in entry else None
+
+
+def write_entry(entry: dict[str, Any], folder: Path) -> Path:
+    """Writes :func:`entry_path` (replacing an entry of the same name)."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{slug(str(entry['name']))}.json"
+    path = entry_path(folder, str(entry["name"]))
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(entry, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     tmp.replace(path)

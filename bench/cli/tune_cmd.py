@@ -41,21 +41,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def tune(args: argparse.Namespace) -> int:
     """Runs trials until the study is full, prints its Pareto trials and runs them on test."""
-    from bench.errors import BenchError
     from bench.tune import TuneConfig, run_selected_on_test
     from bench.tune_storage import still_running, storage_text
     from bench.tune import tune as run_study
 
-    if args.trials < 1:
-        raise BenchError(f"--trials must be at least 1, got {args.trials}")
-    if args.threads is not None:
-        import torch
-
-        torch.set_num_threads(max(1, args.threads))
     base = run_config(args, absolute=True)
     config = TuneConfig(base=base, trials=args.trials, storage=args.storage, study_name=args.study,
                         population=args.population, sampler_seed=args.sampler_seed,
                         plugin_files=tuple(p.resolve() for p in args.mechanism_file))
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(max(1, args.threads))
     study = run_study(config, (lambda number, outcome: None) if args.quiet else print_trial)
     print(f"study {config.name!r} in {storage_text(args.storage, base.results_dir)} (another worker joins it with "
           f"--storage and --study)")

@@ -10,6 +10,9 @@ import sys
 from bench.cli.common import add_location_args
 from bench.errors import BenchError
 
+PORTS = 65535
+"""The highest TCP port."""
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench ui``."""
@@ -28,14 +31,50 @@ def ui_url(port: int, experiment_id: str) -> str:
     return f"http://127.0.0.1:{port}/#/experiments/{experiment_id}?workflowType=machine_learning"
 
 
+def check_port(port: int, lowest: int = 1) -> None:
+    """Checks a --port value: in ``lowest``..65535 (0, where allowed, lets the system pick a free port).
+
+    Raises:
+        BenchError: The port is out of range.
+    """
+    if not lowest <= port <= PORTS:
+        picks = " (0 picks a free port)" if lowest == 0 else ""
+        raise BenchError(f"--port must be in {lowest}..{PORTS}{picks}, got {port}")
+
+
+def cannot_listen(port: int, exc: OSError) -> BenchError:
+    """Returns the error for a port on 127.0.0.1 that cannot be listened on (in use, or reserved)."""
+    return BenchError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} (pass another --port)")
+
+
+def check_free(port: int) -> None:
+    """Checks that a server can listen on 127.0.0.1:port, by binding it for a moment.
+
+    Raises:
+        BenchError: Another program listens there, or the port is reserved.
+    """
+    import socket
+
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no obstacle
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise cannot_listen(port, exc) from None
+
+
 def ui(args: argparse.Namespace) -> int:
-    """Relocates a moved store, starts the server and waits for it."""
+    """Checks the port, relocates a moved store, starts the server and waits for it.
+
+    Returns:
+        0 once Ctrl-C stopped the server; 1 when it stopped by itself (its log says why).
+    """
     from bench.tracking import Tracker
     from bench.tracking.relocate import relocate
 
-    if not 0 < args.port < 65536:
-        raise BenchError(f"--port must be in 1..65535, got {args.port}")
+    check_port(args.port)
     tracker = Tracker(args.results_dir, args.tracking_uri, create=False)
+    check_free(args.port)
     if tracker.uri == f"sqlite:///{(args.results_dir.resolve() / 'mlflow.db')}":
         old, changed = relocate(args.results_dir)
         if old is not None:
@@ -47,8 +86,20 @@ def ui(args: argparse.Namespace) -> int:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     server = subprocess.Popen(command, env=env)
     try:
-        return server.wait()
+        status = server.wait()
     except KeyboardInterrupt:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(server)
         return 0
+    print(f"bench: error: the MLflow server stopped by itself (exit status {status}; its log is above)",
+          file=sys.stderr)
+    return 1
+
+
+def stop(server: subprocess.Popen) -> None:
+    """Stops the server: terminated, then killed if it has not exited within 30 s."""
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()

@@ -258,8 +258,9 @@ def test_report_plot_writes_the_site_plots(capsys, board, tmp_path):
 def test_report_plot_into_a_file_is_one_line_before_any_work(capsys, tmp_path):
     a_file = tmp_path / "plots.txt"
     a_file.write_text("not a folder")
-    for target in (a_file, a_file / "sub"):
+    for target, says in ((a_file, f"--plot {a_file} is a file, not a folder"),
+                         (a_file / "sub", f"--plot {a_file / 'sub'}: {a_file} is a file, so no folder can be created")):
         assert main(["report", "--results-dir", str(tmp_path / "none"), "--plot", str(target)]) == 2
         err = capsys.readouterr().err
-        assert f"--plot {target}: {a_file} is a file, not a folder" in err and len(err.strip().splitlines()) == 1
+        assert says in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "none").exists()

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from bench import runner
 from bench.errors import BenchError
+from bench.folders import check_writable_folder
 from bench.locks import file_lock
 from bench.tracking import Tracker
 
@@ -25,18 +25,31 @@ def read_only(*folders):
     return access
 
 
-def test_a_read_only_results_folder_or_its_parent_is_refused_by_the_plan(tmp_path, monkeypatch):
+def test_a_read_only_folder_or_parent_is_refused_and_a_creatable_one_is_not_created(tmp_path, monkeypatch):
     (tmp_path / "results").mkdir()
-    monkeypatch.setattr(os, "access", read_only(tmp_path / "results", tmp_path / "ro"))
-    with pytest.raises(BenchError, match="results directory .*results is not writable; pass --results-dir"):
-        runner._check_writable("results", tmp_path / "results")
     (tmp_path / "ro").mkdir()
-    with pytest.raises(BenchError, match=r"cache directory .*ro is not writable \(nor can .*ro/a/b be created"):
-        runner._check_writable("cache", tmp_path / "ro" / "a" / "b")
-    runner._check_writable("cache", tmp_path / "elsewhere" / "cache")  # creatable: fine
+    monkeypatch.setattr(os, "access", read_only(tmp_path / "results", tmp_path / "ro"))
+    with pytest.raises(BenchError, match="--results-dir .*results: .*results is not writable$"):
+        check_writable_folder("--results-dir", tmp_path / "results")
+    with pytest.raises(BenchError, match=r"--cache-dir .*ro/a/b: .*ro is not writable \(nor can .*ro/a/b be created"):
+        check_writable_folder("--cache-dir", tmp_path / "ro" / "a" / "b")
+    check_writable_folder("--cache-dir", tmp_path / "elsewhere" / "cache")  # creatable: fine
+    assert not (tmp_path / "elsewhere").exists()
     (tmp_path / "afile").write_text("x")
-    with pytest.raises(BenchError, match="is a file, not a directory"):
-        runner._check_writable("results", tmp_path / "afile")
+    with pytest.raises(BenchError, match="is a file, not a folder"):
+        check_writable_folder("--results-dir", tmp_path / "afile")
+    with pytest.raises(BenchError, match="afile is a file, so no folder can be created in it"):
+        check_writable_folder("--out", tmp_path / "afile" / "site")
+
+
+def test_the_plan_checks_both_folders(tmp_path, monkeypatch):
+    from bench.runner import RunConfig, plan
+
+    monkeypatch.setattr(os, "access", read_only(tmp_path))
+    config = RunConfig(task="fewshot_synth_faces", mechanism="pixelate", params={"block": 4}, profile="smoke",
+                       results_dir=tmp_path / "results")
+    with pytest.raises(BenchError, match="--results-dir .* is not writable"):
+        plan(config)
 
 
 def test_a_read_only_database_is_refused_to_writers_and_read_by_readers(tmp_path, monkeypatch):
