@@ -19,8 +19,8 @@ from bench.config import PROFILES, did_you_mean
 from bench.datasets.base import ImageSet, Splits, load_dataset, load_public, recording_reads
 from bench.datasets.shards import configure_huggingface
 from bench.errors import BenchError
-from bench.folders import check_writable_folder
 from bench.facecrops import face_crop_view, has_face_table
+from bench.folders import check_writable_folder
 from bench.progress import StageClock
 from bench.provenance import git_sha, hardware, versions
 from bench.groups import MIN_GROUP_SIZE, cell_groups
