@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from bench.errors import BenchError
+from bench.folders import check_writable_folder
 from bench.imageio import ImageEntry, atomic_write, output_path, read_box_file, read_rgb, scan_folder, write_image
 from bench.params import parse_assignments
 
@@ -118,6 +119,8 @@ def plan(args: argparse.Namespace) -> ReleasePlan:
     device = resolve_device(args.device)
     source, target = _check_folders(args.source, args.target)
     fit_on = _check_fit_on(mechanism, args.fit_on, source)
+    if args.cache_dir is not None:
+        check_writable_folder("--cache-dir", args.cache_dir)
     box_source = _check_box_source(mechanism, args.boxes)
     images, skipped = scan_folder(source)
     if not images:

@@ -115,6 +115,16 @@ def resolve_device(name: str) -> torch.device:
     raise BenchError(f"unknown device {name!r} (use auto, cpu, cuda or cuda:N)")
 
 
+def check_seed(seed: Any) -> None:
+    """Checks that a seed (``--seed``) is an integer in [0, 2^63) (see :data:`SEED_LIMIT`).
+
+    Raises:
+        BenchError: Not an integer, negative, or too large.
+    """
+    if not (isinstance(seed, int) and 0 <= seed < SEED_LIMIT):
+        raise BenchError(f"--seed must be an integer in [0, 2^63), got {seed!r}")
+
+
 def plan(config: RunConfig) -> Plan:
     """Validates names, parameters, profile and device without computing anything.
 
@@ -122,9 +132,9 @@ def plan(config: RunConfig) -> Plan:
         BenchError: Any mistake in the configuration.
     """
     if config.profile not in PROFILES:
-        raise BenchError(f"unknown profile {config.profile!r} (use {', '.join(PROFILES)})")
-    if not (isinstance(config.seed, int) and 0 <= config.seed < SEED_LIMIT):
-        raise BenchError(f"--seed must be an integer in [0, 2^63), got {config.seed!r}")
+        raise BenchError(f"unknown profile {config.profile!r}{did_you_mean(config.profile, PROFILES)} "
+                         f"(use {', '.join(PROFILES)})")
+    check_seed(config.seed)
     for flag, folder in (("--results-dir", config.results_dir), ("--cache-dir", config.cache)):
         check_writable_folder(flag, Path(folder))
     if config.split not in ("test", "val"):

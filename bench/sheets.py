@@ -29,6 +29,25 @@ def _label_width(draw: ImageDraw.ImageDraw, labels: Sequence[str], font) -> int:
     return int(widest) + 2 * _PAD
 
 
+def check_sheet_path(path: str | Path) -> Path:
+    """Checks, before any work, that a sample sheet can be written to ``path`` (``--out``); creates nothing.
+
+    Returns:
+        The path.
+
+    Raises:
+        BenchError: Not a ``.png`` name, a folder, or in a folder that does not exist.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise BenchError(f"--out {path} is a folder; give a .png file")
+    if path.suffix.lower() != ".png":
+        raise BenchError(f"--out {path}: a sample sheet is a PNG; give a file name ending in .png")
+    if not path.parent.is_dir():
+        raise BenchError(f"--out {path}: no folder {path.parent} to write into")
+    return path
+
+
 def sample_sheet(
     rows: list[tuple[str, torch.Tensor]],
     path: str | Path,

@@ -34,6 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from bench.config import did_you_mean
 from bench.errors import BenchError
 from bench.params import parse_assignments
 
@@ -141,7 +142,9 @@ def load_suite(ref: str | Path) -> Suite:
     else:
         resource = resources.files("bench") / "suites" / f"{text_ref}.yaml"
         if not resource.is_file():
-            raise BenchError(f"unknown suite {text_ref!r} (suites: {', '.join(suite_names())}; or pass a path to a .yaml file)")
+            names = suite_names()
+            raise BenchError(f"unknown suite {text_ref!r}{did_you_mean(text_ref, names)} (suites: {', '.join(names)}; "
+                             "or pass a path to a .yaml file)")
         text, name = resource.read_text(), text_ref
     try:
         data = yaml.safe_load(text)
@@ -226,22 +229,21 @@ def parse_ints(text: str, what: str) -> list[int]:
     """Parses a comma-separated list of integers.
 
     Raises:
-        BenchError: A part that is not an integer.
+        BenchError: A part that is not an integer, or no integer at all (``what`` names the option).
     """
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise BenchError(f"{what} expects comma-separated integers, got {text!r}") from None
+    if not values:
+        raise BenchError(f"{what} needs at least one integer (comma-separated), got {text!r}")
+    return values
 
 
 def _check_keys(data: Mapping, allowed: Sequence[str], required: Sequence[str], where: str) -> None:
-    import difflib
-
     for key in data:
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise BenchError(f"{where}: unknown key {key!r}{hint} (keys: {', '.join(allowed)})")
+            raise BenchError(f"{where}: unknown key {key!r}{did_you_mean(key, allowed)} (keys: {', '.join(allowed)})")
     for key in required:
         if key not in data:
             raise BenchError(f"{where}: missing key {key!r}")

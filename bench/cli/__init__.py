@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from bench.errors import BenchError
 
@@ -21,10 +21,23 @@ SUBCOMMANDS = (
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line on stderr and exit 2."""
+    """An ArgumentParser whose usage errors are one line on stderr and exit 2.
+
+    Subparsers (``add_subparsers``) inherit the class, so every subcommand and every
+    ``choices`` option suggests the closest valid value of a mistyped one.
+    """
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """Adds "did you mean" to argparse's "invalid choice" message (subcommands and ``choices``)."""
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            from bench.config import did_you_mean
+
+            raise argparse.ArgumentError(action, exc.message + did_you_mean(value, action.choices or ())) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

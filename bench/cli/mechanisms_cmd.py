@@ -34,8 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--n", type=int, default=8, help="images per row (default: 8)")
     show.add_argument("--scale", type=int, default=1, help="integer upscaling of the images (default: 1)")
     show.add_argument("--palette", action="store_true", help="save with a 256-colour palette (smaller file)")
-    show.add_argument("--seed", type=int, default=0, help="seed of the mechanism's noise (default: 0)")
-    show.add_argument("--device", default="cpu", help="device to run the mechanism on (default: cpu)")
+    show.add_argument("--seed", type=int, default=0, help="seed of the mechanism's noise, in [0, 2^63) (default: 0)")
+    show.add_argument("--device", default="cpu", help="auto | cpu | cuda | cuda:N (default: cpu)")
     show.add_argument("--out", type=Path, required=True, help="PNG file to write")
     add_location_args(show)
     show.set_defaults(func=_show_command)
@@ -139,7 +139,7 @@ def show_mechanism(
         n: Images per row.
         out: PNG path to write.
         seed: Seed of the mechanism's per-image streams.
-        device: Device the mechanism runs on.
+        device: Device the mechanism runs on: auto, cpu, cuda or cuda:N (see :func:`bench.runner.resolve_device`).
         cache_dir: Cache for the dataset and fitted models.
         data_root: Root of real datasets.
         images: An ImageSet to show instead of loading ``dataset`` (boxes used if present).
@@ -151,11 +151,13 @@ def show_mechanism(
         The path written.
 
     Raises:
-        BenchError: Unknown mechanism or dataset, invalid parameters or sweeps.
+        BenchError: Unknown mechanism or dataset, invalid parameters, sweeps, seed, device or
+            output file (all checked before any image is loaded).
     """
     from bench.interfaces import RunContext
     from bench.registry import mechanisms
-    from bench.sheets import sample_sheet
+    from bench.runner import check_seed, resolve_device
+    from bench.sheets import check_sheet_path, sample_sheet
     from bench.streams import Streams
 
     cls = mechanisms.get(name)
@@ -165,11 +167,9 @@ def show_mechanism(
         raise BenchError(f"--n must be at least 1, got {n}")
     if not 1 <= scale <= 16:
         raise BenchError(f"--scale must be an integer in [1, 16], got {scale}")
-    out = Path(out)
-    if not out.parent.is_dir():
-        raise BenchError(f"--out {out}: no folder {out.parent} to write into")
-    if out.exists() and out.is_dir():
-        raise BenchError(f"--out {out} is a folder; give a .png file")
+    check_seed(seed)
+    device = resolve_device(str(device))
+    out = check_sheet_path(out)
     cache_dir = Path(cache_dir)
     if images is None:
         images, loaded_public = _load_images(dataset, cache_dir, data_root, n)
@@ -182,9 +182,6 @@ def show_mechanism(
         from bench.faces import detect_boxes
 
         boxes = detect_boxes(images.images, device)
-    import torch
-
-    device = torch.device(device)
     ctx = RunContext(device=device, seed=seed, profile="smoke", data_root=data_root, cache_dir=cache_dir)
     batch = images.images.to(device)
     streams = Streams.for_images(seed, f"sheet/{name}", len(batch), device=device)

@@ -30,6 +30,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("unknown-mechanism", ["run", "--mechanism", "dp_pixx", "--task", FS, "--results-dir", "{tmp}/results"], "did you mean 'dp_pix'"),
     ("unknown-task", ["run", "--mechanism", "dp_pix", "--task", "fewshot_synth", "--results-dir", "{tmp}/results"], "unknown task"),
     ("unknown-profile", [*RUN, "--profile", "fast"], "unknown profile"),
+    ("mistyped-profile", [*RUN, "--profile", "smok"], "unknown profile 'smok'; did you mean 'smoke'?"),
     ("unknown-attack", [*RUN, "--attacks", "face_reidd"], "unknown attack"),
     ("empty-attacks", [*RUN, "--attacks", ""], "--attacks needs"),
     ("only-commas-attacks", [*RUN, "--attacks", ",,"], "--attacks needs"),
@@ -95,6 +96,16 @@ CASES: list[tuple[str, list[str], str]] = [
     ("negative-workers", [*GRID, "--executor", "processes", "--workers", "-5"], "--workers"),
     ("unknown-executor", [*GRID, "--executor", "slurm"], "invalid choice"),
     ("unknown-suite", ["grid", "--suite", "smoky", "--results-dir", "{tmp}/results"], "unknown suite"),
+    ("mistyped-suite", ["grid", "--suite", "smok", "--results-dir", "{tmp}/results"], "did you mean 'smoke'"),
+    ("submit-mistyped-suite", ["submit", "--suite", "smok", "--mechanism", "pixelate",
+                               "--results-dir", "{tmp}/results"], "did you mean 'smoke'"),
+    ("report-mistyped-suite", ["report", "--suite", "smok", "--plot", "{tmp}/plots", "--results-dir", "{tmp}/results"],
+     "did you mean 'smoke'"),
+    ("board-mistyped-suite", ["leaderboard", "show", "--suite", "smok", "--results-dir", "{tmp}/results"],
+     "did you mean 'smoke'"),
+    ("mistyped-executor", [*GRID, "--executor", "proceses"], "did you mean 'processes'"),
+    ("empty-grid-seeds", [*GRID, "--seeds", ""], "--seeds needs at least one"),
+    ("only-commas-grid-seeds", [*GRID, "--seeds", ",,"], "--seeds needs at least one"),
     ("non-utf8-suite", ["grid", "--suite", "{tmp}/latin1.yaml", "--results-dir", "{tmp}/results"], "UTF-8"),
     ("invalid-yaml-suite", ["grid", "--suite", "{tmp}/invalid.yaml", "--results-dir", "{tmp}/results"], "not valid YAML"),
     ("unknown-suite-key", ["grid", "--suite", "{tmp}/unknown_key.yaml", "--results-dir", "{tmp}/results"], "unknown key"),
@@ -114,6 +125,17 @@ CASES: list[tuple[str, list[str], str]] = [
     ("sheet-zero-scale", [*SHOW, "--scale", "0"], "--scale"),
     ("sheet-missing-folder", ["mechanisms", "show", "pixelate", "--out", "{tmp}/absent/sheet.png",
                               "--cache-dir", "{tmp}/cache"], "no folder"),
+    ("sheet-unknown-device", [*SHOW, "--device", "gpu"], "unknown device 'gpu'"),
+    ("sheet-negative-seed", [*SHOW, "--seed", "-1"], "--seed must be an integer in [0, 2^63)"),
+    ("sheet-without-extension", [*SHOW, "--out", "{tmp}/sheet"], "ending in .png"),
+    ("sheet-unknown-extension", [*SHOW, "--out", "{tmp}/sheet.xyz"], "ending in .png"),
+    # mistyped subcommands and choices
+    ("mistyped-command", ["rnu"], "did you mean 'run'"),
+    ("mistyped-list-kind", ["list", "mechanism"], "did you mean 'mechanisms'"),
+    ("mistyped-cache-action", ["cache", "verfy"], "did you mean 'verify'"),
+    ("mistyped-board-action", ["leaderboard", "biuld"], "did you mean 'build'"),
+    ("mistyped-report-format", ["report", "--format", "markdwn", "--results-dir", "{tmp}/results"],
+     "did you mean 'markdown'"),
     # reading results
     ("show-without-database", ["show", "abc", "--results-dir", "{tmp}/results"], "no results database"),
     ("board-without-database", ["leaderboard", "show", "--results-dir", "{tmp}/results", "--no-entries"], "results"),
@@ -190,6 +212,19 @@ def test_the_table_covers_every_kind_of_mistake_probed():
 
 @pytest.mark.parametrize("name, argv, phrase", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(world, name, argv, phrase):
+    check_bad_input(world, name, argv, phrase)
+
+
+def test_sheet_on_cuda_without_cuda_is_one_line_before_the_dataset_loads(world):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    check_bad_input(world, "sheet-cuda", [*SHOW, "--device", "cuda"], "CUDA is not available")
+
+
+def check_bad_input(world: Path, name: str, argv: list[str], phrase: str) -> None:
+    """Runs ``argv`` in ``world``; asserts exit 2, one line with ``phrase``, nothing on stdout and no file touched."""
     from bench.registry import scoped
 
     before = snapshot(world)

@@ -333,6 +333,12 @@ def _csv(tmp_path: Path, text: str | bytes) -> str:
     return str(path)
 
 
+def _a_file(tmp_path: Path) -> str:
+    path = tmp_path / "a_file"
+    path.write_text("not a folder\n")
+    return str(path)
+
+
 ERRORS = {
     "missing input": (lambda t, s: ["--mechanism", "identity", "--in", str(t / "nope")], "no such folder"),
     "no images": (lambda t, s: ["--mechanism", "identity", "--in", str(t / "empty")], "no images found"),
@@ -344,6 +350,8 @@ ERRORS = {
     "dp_latent without --fit-on": (lambda t, s: ["--mechanism", "dp_latent"], "--fit-on"),
     "--fit-on for dp_pix": (lambda t, s: ["--mechanism", "dp_pix", "--fit-on", str(s)], "drop --fit-on"),
     "--fit-on inside --in": (lambda t, s: ["--mechanism", "dp_latent", "--fit-on", str(s / "sub")], "overlaps --in"),
+    "--cache-dir is a file": (lambda t, s: ["--mechanism", "dp_latent", "--fit-on", str(t / "empty"),
+                                            "--cache-dir", _a_file(t)], "--cache-dir"),
     "--boxes for dp_pix": (lambda t, s: ["--mechanism", "dp_pix", "--boxes", "detect"], "drop --boxes"),
     "boxes file missing": (lambda t, s: ["--mechanism", "face_blur", "--boxes", str(t / "x.csv")], "existing CSV"),
     "image not in boxes": (lambda t, s: ["--mechanism", "face_blur", "--boxes", _csv(t, "a.png,1,1,5,5\n")],

@@ -272,6 +272,9 @@ def test_cli_suite_with_overrides_dry_run(capsys, tmp_path):
         (["--suite", "nope"], "unknown suite"),
         (["--suite", "smoke", "--mechanism", "gaussian_noise"], "has no mechanism 'gaussian_noise'"),
         (["--suite", "smoke", "--seeds", "a"], "--seeds expects comma-separated integers"),
+        (["--suite", "smok"], "unknown suite 'smok'; did you mean 'smoke'?"),
+        (["--suite", "smoke", "--seeds", ""], "--seeds needs at least one integer"),
+        (["--task", "fewshot_synth_faces", "--mechanism", "pixelate", "--seeds", " , "], "--seeds needs at least one"),
         (["--suite", "smoke", "--set", "task.epochz=1"], "did you mean 'epochs'"),
     ],
 )
