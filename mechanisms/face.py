@@ -54,7 +54,7 @@ def _check_boxes(owner: str, images: torch.Tensor, boxes: list[torch.Tensor] | N
     return counts
 
 
-def _flatten_boxes(boxes: list[torch.Tensor], counts: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _flatten_boxes(boxes: list[torch.Tensor], counts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns all non-degenerate boxes as float64 [B, 4] and the image each belongs to [B], on the host.
 
     Box geometry is a few numbers per image: it stays on the host, so that deciding what
@@ -63,10 +63,8 @@ def _flatten_boxes(boxes: list[torch.Tensor], counts: list[int] | None = None) -
 
     Args:
         boxes: Each image's boxes [k, 4], already checked (:func:`_check_boxes`).
-        counts: Each image's k, as :func:`_check_boxes` returns them (else read here).
+        counts: Each image's k, as :func:`_check_boxes` returns them.
     """
-    if counts is None:
-        counts = [b.shape[0] for b in boxes]
     # One cat and one copy for the batch; float32 and int coordinates are exact in float64,
     # so converting after the cat changes nothing.
     flat = torch.cat(boxes).detach().to("cpu", torch.float64).numpy() if boxes else np.zeros((0, 4))

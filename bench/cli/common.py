@@ -165,3 +165,23 @@ def parse_attacks(text: str | None) -> tuple[str, ...] | None:
 def interactive() -> bool:
     """Whether to draw progress: stderr is a terminal and not in CI."""
     return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+PORTS = 65535
+"""The highest TCP port."""
+
+
+def check_port(port: int, lowest: int = 1) -> None:
+    """Checks a --port value: in ``lowest``..65535 (0, where allowed, lets the system pick a free port).
+
+    Raises:
+        BenchError: The port is out of range.
+    """
+    if not lowest <= port <= PORTS:
+        picks = " (0 picks a free port)" if lowest == 0 else ""
+        raise BenchError(f"--port must be in {lowest}..{PORTS}{picks}, got {port}")
+
+
+def cannot_listen(port: int, exc: OSError) -> BenchError:
+    """Returns the error for a port on 127.0.0.1 that cannot be listened on (in use, or reserved)."""
+    return BenchError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} (pass another --port)")

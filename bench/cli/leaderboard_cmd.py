@@ -166,7 +166,7 @@ def serve_cmd(args: argparse.Namespace) -> int:
     Raises:
         BenchError: The port is out of range or taken, or the site cannot be built.
     """
-    from bench.cli.ui_cmd import check_port
+    from bench.cli.common import check_port
 
     check_port(args.port, lowest=0)
     args.out = out = site_folder(args)
@@ -194,7 +194,7 @@ def listen(port: int, folder: Path):
     import functools
     import http.server
 
-    from bench.cli.ui_cmd import cannot_listen
+    from bench.cli.common import cannot_listen
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         timeout = 10  # a client that stops reading cannot hold the server open

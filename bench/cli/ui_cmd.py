@@ -7,12 +7,7 @@ import os
 import subprocess
 import sys
 
-from bench.cli.common import add_location_args
-from bench.errors import BenchError
-
-PORTS = 65535
-"""The highest TCP port."""
-
+from bench.cli.common import add_location_args, cannot_listen, check_port
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench ui``."""
@@ -29,22 +24,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def ui_url(port: int, experiment_id: str) -> str:
     """Returns the address of an experiment's runs table in MLflow 3's classic ML view."""
     return f"http://127.0.0.1:{port}/#/experiments/{experiment_id}?workflowType=machine_learning"
-
-
-def check_port(port: int, lowest: int = 1) -> None:
-    """Checks a --port value: in ``lowest``..65535 (0, where allowed, lets the system pick a free port).
-
-    Raises:
-        BenchError: The port is out of range.
-    """
-    if not lowest <= port <= PORTS:
-        picks = " (0 picks a free port)" if lowest == 0 else ""
-        raise BenchError(f"--port must be in {lowest}..{PORTS}{picks}, got {port}")
-
-
-def cannot_listen(port: int, exc: OSError) -> BenchError:
-    """Returns the error for a port on 127.0.0.1 that cannot be listened on (in use, or reserved)."""
-    return BenchError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} (pass another --port)")
 
 
 def check_free(port: int) -> None:

@@ -632,7 +632,7 @@ def test_face_overlay_mask_path_equals_the_slice_path(monkeypatch, piece_values,
     x = photo_like_batch(9, 36, 30, seed=6)
     boxes = face_boxes() * 2 + face_boxes()[2:3]  # the last piece has no boxes
     mech = make("face_overlay")
-    flat, owner = _flatten_boxes(boxes)
+    flat, owner = _flatten_boxes(boxes, [len(b) for b in boxes])
     mask = box_mask(flat, owner, 9, 36, 30).unsqueeze(1)
     masked = torch.where(mask, mech.fill_value(3).view(1, -1, 1, 1), x)
     assert torch.equal(mech.apply(x, generator=streams(9), boxes=boxes), masked)
