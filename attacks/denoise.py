@@ -152,7 +152,7 @@ class Denoise(Attack):
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
         """Trains (or reuses) the denoiser and attacks denoised and raw releases."""
         targets = self.targets_for(clean.dataset, ctx)
-        denoiser = None if released.is_clean else self._denoiser(clean, released, ctx)
+        denoiser = None if released.is_clean else self.denoiser(clean, released, ctx)
         parts: dict[str, AttackOutcome] = {}
         attacked: list[Attacked] = []
         if "identity" in targets:
@@ -177,12 +177,12 @@ class Denoise(Attack):
         h, w = images.shape[-2:]
         return None if d == 1 else (max(1, h // d), max(1, w // d))
 
-    def _denoise(self, denoiser: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
+    def restore(self, denoiser: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
         """Returns denoised uint8 images, at the denoiser's size."""
         with cpu_threads(self.config.threads):
             return denoise_images(denoiser, images, self._size(images), next(denoiser.parameters()).device)
 
-    def _denoiser(self, clean: Splits, released: Release, ctx: RunContext) -> torch.nn.Module:
+    def denoiser(self, clean: Splits, released: Release, ctx: RunContext) -> torch.nn.Module:
         """Returns the DnCNN trained on the adversary's own (mechanism(x), x) pairs (cached)."""
         cfg = self.config
         mechanism = known_mechanism(released, f"attack {self.name!r}")
@@ -228,7 +228,7 @@ class Denoise(Attack):
         raw = released.splits[targets.split].images[targets.probe]
         truth = targets.probe_labels()
         raw_hits = identifier.hits(raw, truth)
-        denoised = None if denoiser is None else self._denoise(denoiser, raw)
+        denoised = None if denoiser is None else self.restore(denoiser, raw)
         hits = raw_hits if denoised is None else identifier.hits(denoised, truth)
         top1 = float(hits.mean())
         metrics = {"top1": top1, "top1_raw": float(raw_hits.mean()), "top1_clean": top1_clean,
@@ -246,7 +246,7 @@ class Denoise(Attack):
             raise BenchError(f"attack {self.name!r}: its training split {self.config.train_split!r} is a test split")
         denoised = None
         if denoiser is not None:
-            denoised = {name: self._denoise(denoiser, released.splits[name].images) for name in test_splits}
+            denoised = {name: self.restore(denoiser, released.splits[name].images) for name in test_splits}
         parts: dict[str, AttackOutcome] = {}
         with cpu_threads(attack.config.threads):
             for attr in attack.attributes_for(clean.dataset, ctx):

@@ -18,11 +18,16 @@ from tasks.reid import Reid
 
 FACES = ("face_reid", "face_reid_adapted", "denoise")
 """Face re-identification, the same adapted to the mechanism, and the denoising adversary."""
+PRETRAINED = ("face_reid_pretrained", "face_reid_pretrained_adapted", "face_reid_pretrained_restored")
+"""Pretrained recognizers (dlib's ResNet by default): clean enrolment, enrolment adapted to the mechanism, and
+probes restored by the denoising adversary first. On by default where the faces are real; on synthetic faces
+the trained adversaries are stronger and cost far less CPU (--attacks adds these there; docs/face_adversaries.md)."""
+REAL_FACES = FACES + PRETRAINED
 PERSONS = ("attribute_inference", "denoise")
 """Attribute inference on released images, and after denoising them."""
 
 FEW_PHOTOS = {"face_reid": {"enrol_per_id": 5, "epochs": 30}, "face_reid_adapted": {"enrol_per_id": 5, "epochs": 30},
-              "denoise": {"reid.enrol_per_id": 5, "reid.epochs": 30}}
+              "denoise": {"reid.enrol_per_id": 5, "reid.epochs": 30}, **{name: {"enrol_per_id": 5} for name in PRETRAINED}}
 """A person of a user's folder may have 10 photos: enrol 5, probe the rest (the paper enrols 20 of 30); with
 a few hundred training photos the embedder trains longer than on 4,000 (6 epochs: top-1 2.2x chance, 30: 4.2x)."""
 
@@ -32,12 +37,12 @@ REID = "regular (softmax + triplet) and centroid (CTL) ResNet reID"
 # Few-shot identification (privacy-enhanced few-shot paper): faces, attacked by face re-identification.
 benchmark("fewshot_synth_faces", FewShot, "synth_faces", FACES,
           description=f"{PROTONET} on synthetic face identities")
-benchmark("fewshot_celeba", FewShot, "celeba", FACES,
+benchmark("fewshot_celeba", FewShot, "celeba", REAL_FACES,
           description=f"{PROTONET} on CelebA identities (>= 30 images)")
-benchmark("fewshot_folder", FewShot, "folder", FACES,
+benchmark("fewshot_folder", FewShot, "folder", REAL_FACES,
           description=f"{PROTONET} on your own photos, a folder per person (--set task.data.root=DIR)",
           attack_settings=FEW_PHOTOS)
-benchmark("fewshot_hf", FewShot, "hf", FACES,
+benchmark("fewshot_hf", FewShot, "hf", REAL_FACES,
           description=f"{PROTONET} on a local Hugging Face dataset of people (--set task.data.path=DIR)",
           attack_settings=FEW_PHOTOS)
 # Omniglot and MiniImageNet measure utility only, as in the paper (Table III, Fig. 3): their
@@ -76,7 +81,7 @@ SCENE_FACES = ("face_detect", "face_reid", "face_reid_adapted", "denoise")
 FACE_CROPS = ("face_reid", "face_reid_adapted", "denoise")
 """The adversaries of SCENE_FACES that re-identify the people from their face crops."""
 SCENE_CROPS = {"face_reid": {"enrol_per_id": 4}, "face_reid_adapted": {"enrol_per_id": 4},
-               "denoise": {"reid.enrol_per_id": 4}}
+               "denoise": {"reid.enrol_per_id": 4}, **{name: {"enrol_per_id": 4} for name in PRETRAINED}}
 """A person of the quick scenes shows up about 25 times (100 people, ~2,600 faces): enrol 4, probe the rest.
 ImageNet's people are the user's: the same, --set face_reid.enrol_per_id=N (and the others') for other counts."""
 IMAGENET_IDENTITIES = "supply them with --set task.data.face_identities=CSV of url,box,identity (docs/imagenet.md)"
@@ -89,9 +94,9 @@ for _protocol in PROTOCOLS:
               preset="classify_synth_scenes", task_settings={"protocol": _protocol},
               face_crops=FACE_CROPS, attack_settings=SCENE_CROPS,
               description=f"ResNet on synthetic scenes with people, {PROTOCOL_TEXT[_protocol]}; top-5, top-1")
-    benchmark(f"classify_imagenet_{_protocol}", Classify, "imagenet", SCENE_FACES,
+    benchmark(f"classify_imagenet_{_protocol}", Classify, "imagenet", SCENE_FACES + PRETRAINED,
               preset="classify_imagenet", task_settings={"protocol": _protocol},
-              face_crops=FACE_CROPS, optional_face_crops=IMAGENET_IDENTITIES, attack_settings=SCENE_CROPS,
+              face_crops=FACE_CROPS + PRETRAINED, optional_face_crops=IMAGENET_IDENTITIES, attack_settings=SCENE_CROPS,
               description=f"ResNet-50 on ILSVRC-2012 with its face boxes, {PROTOCOL_TEXT[_protocol]}; top-5, top-1")
 
 # Transfer (same paper, Sec. 5): the classify model pretrained on the released source,
@@ -105,8 +110,9 @@ TARGETS_OF = {
 }
 for _source, _targets in TARGETS_OF.items():
     for _target, _labels, _what in _targets:
-        benchmark(f"transfer_{_source}_{_target}", Transfer, _source, SCENE_FACES, preset=f"transfer_{_source}",
-                  task_settings={"target": _target, "target_labels": _labels}, face_crops=FACE_CROPS,
+        real = PRETRAINED if _source == "imagenet" else ()
+        benchmark(f"transfer_{_source}_{_target}", Transfer, _source, SCENE_FACES + real, preset=f"transfer_{_source}",
+                  task_settings={"target": _target, "target_labels": _labels}, face_crops=FACE_CROPS + real,
                   optional_face_crops=IMAGENET_IDENTITIES if _source == "imagenet" else "",
                   attack_settings=SCENE_CROPS,
                   description=f"backbone pretrained on released {_source}, finetuned on {_what}")

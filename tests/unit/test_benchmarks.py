@@ -21,10 +21,12 @@ from tasks.fidelity import Fidelity
 from tasks.reid import Reid
 
 FACES = ("face_reid", "face_reid_adapted", "denoise")
+REAL_FACES = FACES + ("face_reid_pretrained", "face_reid_pretrained_adapted", "face_reid_pretrained_restored")
+"""Real faces are attacked by pretrained recognizers too (on by default where the faces are real)."""
 PERSONS = ("attribute_inference", "denoise")
 EXISTING = {
     "fewshot_synth_faces": (FewShot, "synth_faces", FACES, ()),
-    "fewshot_celeba": (FewShot, "celeba", FACES, ()),
+    "fewshot_celeba": (FewShot, "celeba", REAL_FACES, ()),
     "reid_synth_persons": (Reid, "synth_persons", PERSONS, ("gender",)),
     "reid_market1501": (Reid, "market1501", PERSONS, ("gender",)),
     "attributes_fairface": (Fidelity, "fairface", PERSONS, ("gender", "age", "race")),

@@ -190,9 +190,10 @@ def _ctx_splits(with_table: bool) -> Splits:
 def test_imagenet_cells_skip_face_crop_adversaries_without_identities_and_scenes_do_not():
     imagenet = registry.tasks.get("classify_imagenet_obf_obf")
     attacks = imagenet.attacks
-    assert attacks == ("face_detect", "face_reid", "face_reid_adapted", "denoise")
+    pretrained = ("face_reid_pretrained", "face_reid_pretrained_adapted", "face_reid_pretrained_restored")
+    assert attacks == ("face_detect", "face_reid", "face_reid_adapted", "denoise", *pretrained)
     skipped = skipped_face_attacks(_ctx_splits(False), imagenet, attacks)
-    assert set(skipped) == {"face_reid", "face_reid_adapted", "denoise"}
+    assert set(skipped) == {"face_reid", "face_reid_adapted", "denoise", *pretrained}
     assert all("task.data.face_identities" in why for why in skipped.values())
     assert skipped_face_attacks(_ctx_splits(True), imagenet, attacks) == {}
     assert skipped_face_attacks(_ctx_splits(False), imagenet, ("face_detect",)) == {}
