@@ -11,6 +11,8 @@ three.
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -65,10 +67,65 @@ class FaceReidConfig:
     max_ids: int | None = setting(None, low=2)
     svc_c: float = setting(1.0, low=0, low_open=True)
 
+    def __post_init__(self) -> None:
+        """Refuses weights the model would ignore, and a weights file that is no Inception-ResNet-v1 checkpoint.
+
+        Raises:
+            BenchError: ``weights`` with ``model=small_cnn`` (it trains from scratch), or a
+                file that is not such a state dict (checked here, before any training).
+        """
+        if self.weights is None or not os.path.isfile(os.path.expanduser(str(self.weights))):
+            return  # a missing file is the setting's own check ("no such file")
+        if self.model != "inception_resnet_v1":
+            raise BenchError(f"weights={self.weights!r} is read only by model=inception_resnet_v1; model={self.model!r} "
+                             "trains from scratch and would ignore it (set model=inception_resnet_v1 or drop weights)")
+        check_face_weights(str(self.weights))
+
     def training_part(self) -> dict[str, Any]:
         """Returns the settings the embedder's weights depend on."""
         keep = {"model", "weights", "width", "input_size", "epochs", "batch_size", "lr", "train_split"}
         return {k: v for k, v in asdict(self).items() if k in keep}
+
+
+def check_face_weights(path: str) -> None:
+    """Checks that a file is an Inception-ResNet-v1 state dict (facenet-pytorch's keys and shapes), loading no code.
+
+    A missing file is left to the setting's own check (``no such file``). The answer is
+    kept per file, size and modification time: a grid plans many cells with one file.
+
+    Raises:
+        BenchError: The file is unreadable, not a ``torch.save`` of tensors
+            (``weights_only`` refuses anything else), or its keys or shapes differ.
+    """
+    file = os.path.expanduser(path)
+    if not os.path.isfile(file):
+        return
+    stat = os.stat(file)
+    problem = _weights_problem(file, stat.st_size, stat.st_mtime_ns)
+    if problem:
+        raise BenchError(f"face_reid weights {path!r} is not an Inception-ResNet-v1 checkpoint: {problem}")
+
+
+@functools.lru_cache(maxsize=8)
+def _weights_problem(file: str, size: int, mtime_ns: int) -> str:
+    """Returns why ``file`` is no Inception-ResNet-v1 state dict, or ``""`` (size and time key the cache)."""
+    from facenet_pytorch import InceptionResnetV1
+
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # unpickling errors of every kind: not a torch.save of tensors
+        return f"cannot be read as a state dict ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        return f"it holds a {type(state).__name__}, not a mapping of names to tensors"
+    expected = {k: v.shape for k, v in InceptionResnetV1(pretrained=None, classify=False).state_dict().items()}
+    given = {k: v.shape for k, v in state.items() if not k.startswith("logits.")}
+    missing = sorted(set(expected) - set(given))
+    unexpected = sorted(set(given) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(given) if expected[k] != given[k])
+    for what, keys in (("missing", missing), ("unexpected", unexpected), ("of another shape", wrong)):
+        if keys:
+            return f"{len(keys)} key(s) {what}, e.g. {keys[0]!r}"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -2,19 +2,21 @@
 
 1. :func:`bench.runner.plan` has validated everything and written nothing;
 2. the tracking store was probed when its :class:`~bench.tracking.Tracker` opened;
-3. :func:`execute` takes the cell's lock (``<cache>/locks/<key>.lock``), marks runs of the
+3. :func:`execute` takes the cell's lock, which lives with the tracking store
+   (``<results>/locks/<key>.lock``; :func:`cell_locks`), marks runs of the
    cell whose process died as FAILED, and returns the FINISHED run if there is one
    (unless ``force``, or its real data changed since: :func:`data_changed`);
 4. it creates the run RUNNING, computes the cell, logs it and marks it FINISHED; a failure
    marks it FAILED (KILLED on an interrupt); a forced re-run, or one on changed data, supersedes
    the earlier run.
 
-Two processes that reach one cell at once therefore compute it once: the second waits for
-the lock and then finds the first one's FINISHED run.
+Two processes that reach one cell of one store at once therefore compute it once, whatever
+their cache folders: the second waits for the lock and then finds the first one's FINISHED run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from bench.errors import BenchError
-from bench.locks import file_lock, lock_is_free, pid_alive
+from bench.locks import file_lock, lock_is_free, pid_alive, store_lock_folder
 
 if TYPE_CHECKING:
     from bench.grid import CellOutcome
@@ -32,9 +34,25 @@ if TYPE_CHECKING:
     from bench.tracking import Tracker
 
 
-def lock_path(cache_dir: Path, key: str) -> Path:
-    """Returns the lock file of one cell."""
-    return Path(cache_dir) / "locks" / f"{key}.lock"
+def cell_locks(tracker: "Tracker", cache_dir: Path, key: str) -> list[Path]:
+    """Returns the lock files a process holds, in this order, while it computes one cell into a store.
+
+    The lock belongs to the store the cell is logged to, not to the cache it is computed
+    with, so that no choice of ``--cache-dir`` computes one cell twice into one store
+    (:func:`bench.locks.store_lock_folder`): for a sqlite store, one lock beside its
+    database, which every process that writes the database can take. A store elsewhere (a
+    server) has no folder every process sees: its lock is one per machine, and the cell's
+    lock in the cache folder, ``<cache>/locks/<key>.lock``, is held first, as before,
+    so that nodes sharing a cache still compute a cell once.
+
+    The first lock is the one the run's ``bench.lock`` tag names (:func:`_orphaned`). Runs
+    logged before locks lived with the store name ``<cache>/locks/<key>.lock``, a lock
+    that is free once their process is gone, as any other.
+    """
+    store = store_lock_folder(tracker.uri) / f"{key}.lock"
+    if tracker.uri.startswith("sqlite:///"):
+        return [store]
+    return [Path(cache_dir) / "locks" / f"{key}.lock", store]
 
 
 def execute(
@@ -69,8 +87,11 @@ def execute(
     started = time.perf_counter()
     cfg = planned.config
     key, label = planned.key, cell_label(cfg)
-    lock = lock_path(cfg.cache, key)
-    with file_lock(lock):
+    locks = cell_locks(tracker, cfg.cache, key)
+    lock = locks[0]
+    with contextlib.ExitStack() as held:
+        for path in locks:
+            held.enter_context(file_lock(path))
         orphans = tracker.fail_orphans(key, lambda run: _orphaned(run, lock))
         if orphans:
             log(f"marked {orphans} run(s) of this cell left by a killed process FAILED")
@@ -160,7 +181,12 @@ def sweep_orphans(tracker: "Tracker") -> int:
 
 
 def _orphaned(run: Any, held: Path | None = None) -> bool:
-    """Whether a RUNNING run's process is gone (``held``: the lock of its cell, which we hold)."""
+    """Whether a RUNNING run's process is gone (``held``: the lock of its cell, which we hold).
+
+    The run's ``bench.lock`` tag names the lock its process held: this store's lock of the
+    cell, or for a run logged before locks lived with the store, a lock in its cache folder
+    (free once its process is gone, as any other).
+    """
     tags = run.data.tags
     their_lock = tags.get("bench.lock")
     if held is not None and their_lock and their_lock == str(held.resolve()):

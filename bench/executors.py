@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import socket
 import sys
 import time
 import traceback
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from bench.cpus import usable_cpus
 from bench.errors import BenchError
 from bench.grid import Cell, CellOutcome
+from bench.pool import die_with_parent, exit_on_signals, tear_down
 
 if TYPE_CHECKING:
     from bench.progress import Display
@@ -165,7 +167,8 @@ def record_failure(tracker: "Tracker", cell: Cell, error: str, trace: str) -> No
     """Logs a failed cell as a FAILED MLflow run with its error and traceback (error.txt)."""
     cfg = cell.config
     tags = {"bench.cell_key": cell.key, "bench.task": cfg.task, "bench.mechanism": cfg.mechanism,
-            "bench.seed": str(cfg.seed), "bench.profile": cfg.profile, "bench.error": error[:4000]}
+            "bench.seed": str(cfg.seed), "bench.profile": cfg.profile, "bench.error": error[:4000],
+            "bench.host": socket.gethostname(), "bench.pid": str(os.getpid())}  # killed before it ends: an orphan
     try:
         run = tracker.client.create_run(tracker.experiment_id, run_name=cell.label[:250], tags=tags)
         try:
@@ -256,8 +259,10 @@ _SLOT: Slot | None = None
 _EMITTER: Any = None
 
 
-def _init_worker(queue: Any, verbose: bool, events: Any = None) -> None:
+def _init_worker(queue: Any, verbose: bool, events: Any = None, parent_pid: int | None = None) -> None:
     global _SLOT, _EMITTER
+    if parent_pid is not None:
+        die_with_parent(parent_pid)  # first: a worker must not outlive the grid (bench/pool.py)
     index, _SLOT = queue.get()
     if events is not None:
         from bench.progress import Emitter, queue_sender
@@ -300,27 +305,34 @@ def _run_processes(cells: list[Cell], config: ExecutorConfig, on_done: Callable[
         queue.put((index, slot))
     events = context.Queue() if display is not None else None
     pool = ProcessPoolExecutor(max_workers=len(plan), mp_context=context, initializer=_init_worker,
-                               initargs=(queue, config.verbose, events))
+                               initargs=(queue, config.verbose, events, os.getpid()))
     try:
-        futures = {pool.submit(_worker_cell, cell, config.plugin_files, config.verbose): cell for cell in cells}
-        waiting = set(futures)
-        while waiting:
-            finished, waiting = wait(waiting, timeout=0.25 if display is not None else None,
-                                     return_when=FIRST_COMPLETED)
-            if display is not None:
-                display.drain(events)
-            for future in finished:
-                cell = futures[future]
-                try:
-                    outcome = future.result()
-                except BrokenProcessPool:
-                    outcome = CellOutcome(cell.key, cell.label, "failed",
-                                          error="a worker process died (out of memory or killed); rerun the grid to retry")
-                on_done(outcome)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        with exit_on_signals():  # SIGTERM/SIGHUP reach the teardown below instead of ending this process
+            futures = {pool.submit(_worker_cell, cell, config.plugin_files, config.verbose): cell for cell in cells}
+            waiting = set(futures)
+            while waiting:
+                finished, waiting = wait(waiting, timeout=0.25 if display is not None else None,
+                                         return_when=FIRST_COMPLETED)
+                if display is not None:
+                    display.drain(events)
+                for future in finished:
+                    cell = futures[future]
+                    try:
+                        outcome = future.result()
+                    except BrokenProcessPool:
+                        outcome = CellOutcome(cell.key, cell.label, "failed", error="a worker process died (out of "
+                                              "memory or killed); rerun the grid to retry")
+                    on_done(outcome)
+    except BaseException as exc:  # a second signal now ends this process; its workers then die with it
+        tear_down(pool, exc, lambda: _sweep_orphans(cells[0]))
         raise
     pool.shutdown(wait=True)
+
+
+def _sweep_orphans(cell: Cell) -> int:
+    from bench.cellrun import sweep_orphans
+
+    return sweep_orphans(open_tracker(cell.config.results_dir, cell.config.tracking_uri))
 
 
 # --- ray ------------------------------------------------------------------------------------

@@ -237,14 +237,14 @@ def execute(release_plan: ReleasePlan, log: Callable[[str], None], progress: Cal
 
 def _release_batch(p: ReleasePlan, mechanism: Mechanism, chunk: list[ImageEntry]) -> tuple[int, DrawTally]:
     """Reads, obfuscates and writes images of one size; returns the faceless count and the values drawn per image."""
+    from bench import mechanism_guard
     from bench.secure_streams import SecureStreams
 
     images = torch.from_numpy(np.stack([read_rgb(p.source / e.relative) for e in chunk]))
     images = images.permute(0, 3, 1, 2).contiguous().to(p.device)
     boxes, missing = _batch_boxes(p, chunk, images)
     streams = SecureStreams(len(chunk), p.device)
-    released = mechanism.apply(images, generator=streams, boxes=boxes)
-    _check_output(mechanism, images, released)
+    released = mechanism_guard.apply(mechanism, images, generator=streams, boxes=boxes)
     for entry, pixels in zip(chunk, released.permute(0, 2, 3, 1).cpu().numpy()):
         write_image(pixels, p.target / output_path(entry.relative, p.fmt), p.fmt)
     return missing, streams.tally
@@ -273,17 +273,11 @@ def _batch_boxes(
     return [b.to(p.device) for b in found], sum(1 for b in found if len(b) == 0)
 
 
-def _check_output(mechanism: Mechanism, images: torch.Tensor, released: Any) -> None:
-    if not isinstance(released, torch.Tensor) or released.dtype != torch.uint8 or released.shape != images.shape:
-        raise RuntimeError(f"mechanism {type(mechanism).name!r} returned {type(released).__name__} "
-                           f"{getattr(released, 'dtype', '')} {tuple(getattr(released, 'shape', ()))}; "
-                           f"expected uint8 {tuple(images.shape)}")
-
-
 def _fit_groups(p: ReleasePlan, sizes: list[Size], log: Callable[[str], None]) -> dict[Size, Mechanism]:
     """Fits one copy of the mechanism per image size on the public images resized to it."""
     if p.fit_on is None:
         return {}
+    from bench import mechanism_guard
     from bench.interfaces import ImageSet, RunContext
 
     public = [read_rgb(p.fit_on / e.relative) for e in p.public]
@@ -295,7 +289,7 @@ def _fit_groups(p: ReleasePlan, sizes: list[Size], log: Callable[[str], None]) -
             log(f"fitting {type(p.mechanism).name} on {len(public)} public images at {width}x{height}")
             stack = torch.stack([_resized(pixels, height, width) for pixels in public])
             mechanism = type(p.mechanism)(**p.mechanism.config)
-            mechanism.fit(ImageSet(stack, torch.zeros(len(stack), dtype=torch.int64)), ctx)
+            mechanism_guard.fit(mechanism, ImageSet(stack, torch.zeros(len(stack), dtype=torch.int64)), ctx)
             fitted[(height, width)] = mechanism
     return fitted
 

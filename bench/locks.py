@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
+import tempfile
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import unquote, urlsplit
+
+DEFAULT_DATABASE = "mlflow.db"
+"""The name of the sqlite database a results directory holds (see :func:`bench.tracking.tracking_uri`)."""
 
 
 @contextlib.contextmanager
@@ -58,3 +65,36 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def store_lock_folder(uri: str) -> Path:
+    """Returns the folder of the cell locks of one tracking store, derived from the store's identity.
+
+    Any two processes on this machine that write one store get one folder, whatever their
+    caches or results directories:
+
+    - a sqlite store: ``locks/`` beside its database (``<results>/locks`` for the default
+      ``<results>/mlflow.db``; ``locks/<database name>/`` for another database file);
+    - any other store (a server, a database, a folder of MLflow files): a folder of this
+      user's in the temporary directory named by a digest of the store's normalised URI.
+      Processes on other machines writing the same server do not share it.
+
+    Args:
+        uri: The store's tracking URI (:attr:`bench.tracking.Tracker.uri`).
+    """
+    if uri.startswith("sqlite:///"):
+        database = Path(unquote(uri[len("sqlite:///"):].partition("?")[0])).resolve()
+        folder = database.parent / "locks"
+        return folder if database.name == DEFAULT_DATABASE else folder / database.name
+    digest = hashlib.sha256(_store_identity(uri).encode()).hexdigest()[:20]
+    user = getattr(os, "getuid", lambda: "user")()
+    return Path(tempfile.gettempdir()) / f"privbench-locks-{user}" / digest
+
+
+def _store_identity(uri: str) -> str:
+    """A non-sqlite URI written the same way however it was given (a local folder: its resolved path)."""
+    parts = urlsplit(uri)
+    if parts.scheme in ("", "file"):
+        return "file:" + str(Path(unquote(parts.path) or ".").resolve())
+    netloc = parts.netloc.rsplit("@", 1)[-1].lower()  # the store, not who logs in to it
+    return f"{parts.scheme.lower()}://{netloc}{parts.path.rstrip('/')}" + (f"?{parts.query}" if parts.query else "")

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from bench import kernels, precision, rng
+from bench import kernels, mechanism_guard, precision, rng
 from bench.kernels import DEVICE_BATCH_VALUES
 from bench.cache import Cache
 from bench.cells import content_key
@@ -79,7 +79,7 @@ def make_release(
             ctx.log(f"{splits.dataset} has no public data: {type(mechanism).name} fits on train")
         fitted_on = content_digest({"images": data.images, "withheld": list(withheld)})
         with precision.exact():
-            mechanism.fit(data, ctx)
+            mechanism_guard.fit(mechanism, data, ctx)
     key = release_key(splits, mechanism, ctx.seed, boxes, fitted_on)
 
     def fill(folder: Path) -> None:
@@ -154,7 +154,8 @@ def apply_to_split(
     the dataset has none or ``detect`` is set. Fused kernels run ``path`` (``compiled`` or
     ``eager``; by default what :func:`bench.kernels.choose` picks for the split's size).
     With a ``sink`` the released batches are written to it as they come (a split of any
-    size), else they are returned as one tensor.
+    size), else they are returned as one tensor. The mechanism gets private copies of every
+    batch, its boxes and streams (:func:`bench.mechanism_guard.apply`): it cannot change the split.
 
     On the CPU a batch is :data:`BATCH` images. On an accelerator it is at least that and
     up to :data:`DEVICE_BATCH_VALUES` values; images go up from pinned memory without
@@ -196,12 +197,11 @@ def _apply(mechanism: Mechanism, split: ImageSet, ctx: RunContext, purpose: str,
 
     hold = _DeviceHold(deliver, DEVICE_HOLD_BYTES if resident else 0)
     for start in range(0, len(split), batch):
-        images = _upload(split.images[start : start + batch], device)
+        images = split.images[start : start + batch]
         streams = Streams.for_images(ctx.seed, purpose, len(images), start=start, device=device)
-        chunk_boxes = None if boxes is None else [b.to(device) for b in boxes[start : start + batch]]
+        chunk_boxes = None if boxes is None else boxes[start : start + batch]
         with kernels.using(path):
-            released = mechanism.apply(images, generator=streams, boxes=chunk_boxes)
-        _check_output(mechanism, images, released)
+            released = mechanism_guard.apply(mechanism, images, generator=streams, boxes=chunk_boxes, device=device)
         hold.add(start, released)
     hold.flush()
     return out, recall
@@ -210,13 +210,6 @@ def _apply(mechanism: Mechanism, split: ImageSet, ctx: RunContext, purpose: str,
 def stays_on_device(device: torch.device) -> bool:
     """Whether releases on ``device`` gather there before going to the host (any accelerator; not the CPU)."""
     return device.type != "cpu"
-
-
-def _upload(images: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A CPU batch on ``device``; to a CUDA device through pinned memory, without blocking the host."""
-    if device.type == "cuda" and images.device.type == "cpu":
-        return images.pin_memory().to(device, non_blocking=True)
-    return images.to(device)
 
 
 class _DeviceHold:
@@ -251,11 +244,3 @@ class _DeviceHold:
         gathered = self.parts[0] if len(self.parts) == 1 else torch.cat(self.parts)
         self.parts, self.held = [], 0
         self.deliver(self.first, gathered.cpu())
-
-
-def _check_output(mechanism: Mechanism, images: torch.Tensor, released: torch.Tensor) -> None:
-    if not isinstance(released, torch.Tensor) or released.dtype != torch.uint8 or released.shape != images.shape:
-        got = (getattr(released, "dtype", type(released)), tuple(getattr(released, "shape", ())))
-        raise RuntimeError(
-            f"mechanism {type(mechanism).name!r} returned {got}; expected uint8 of shape {tuple(images.shape)}"
-        )

@@ -74,7 +74,8 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
         lines.append(f"{'release.' + name:<34}{_fmt(value):>10}")
     claim = result.claim
     lines.append("")
-    lines.append("claim: " + (claim_text(claim) if claim else "none (no formal guarantee)"))
+    lines.append("claim: " + (f"{claim_text(claim)} (unaudited: 'bench audit' checks it empirically)" if claim
+                              else "none (no formal guarantee)"))
     if claim and claim.get("note"):
         lines.append(f"  note: {claim['note']}")
     training = result.training_claim

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from bench import curves, precision, scores
+from bench import bounds, curves, mechanism_guard, precision, scores
 from bench.cells import cell_key, protocol_key
 from bench.config import PROFILES, did_you_mean
 from bench.datasets.base import ImageSet, Splits, load_dataset, load_public, recording_reads
@@ -141,7 +141,7 @@ def plan(config: RunConfig) -> Plan:
         raise BenchError(f"unknown evaluation split {config.split!r} (use test, or val for tuning)")
     task_cls = task_registry.get(config.task)
     mechanism = mechanism_registry.get(config.mechanism)(**config.params)
-    known = {"task", "release", *(config.attacks or task_cls.attacks)}
+    known = {"task", "release", *(config.attacks if config.attacks is not None else task_cls.attacks)}
     unknown = sorted(set(config.overrides) - known)
     if unknown:
         raise BenchError(f"--set: no section {unknown[0]!r}{did_you_mean(unknown[0], known)} "
@@ -169,7 +169,9 @@ def plan(config: RunConfig) -> Plan:
             offering = [t for t in task_registry.list() if needs in task_registry.get(t).provides]
             raise BenchError(f"attack {name!r} needs a task that provides {needs!r} (such as "
                              f"{', '.join(offering[:3]) or 'none registered'}); task {config.task!r} does not")
+    bounds.check_cell(task, attacks, None, device, config.overrides)  # from the options, before inspect counts
     shape = dataset_registry.get(task.dataset)().inspect(config.data_root, task.data_options())
+    bounds.check_cell(task, attacks, shape, device, config.overrides)
     task.check_data(shape, config.split)
     task.check_other_data(config.data_root, config.split)
     cropped = face_crop_attacks(task_cls)
@@ -185,6 +187,7 @@ def plan(config: RunConfig) -> Plan:
         config.task, config.mechanism, type(mechanism).version, mechanism.config, config.seed, config.profile, options,
     )
     board_protocol = protocol_key(task, attacks, leave_out=task_cls.entry_settings)
+    mechanism_guard.preflight(config.mechanism, mechanism, device)  # a plugin's conformance, once per process
     return Plan(config, task, mechanism, attacks, key, device, board_protocol)
 
 

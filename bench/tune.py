@@ -6,13 +6,22 @@ a FINISHED MLflow run), and only the configurations the study selects (its Paret
 then run on the test split, as ordinary cells. Trials never enter a board. Several workers, on several machines, share one study through ``--storage``: an RDB
 URL (``sqlite:///study.db``, ``postgresql://...``) or a journal file (``journal:PATH``, or
 a path ending in ``.journal``/``.log``), which is the safer choice on a shared file
-system. ``trials`` is the study's total over all workers.
+system.
+
+``trials`` is the study's total over all workers and every resumption, counting only trials
+that evaluate a configuration: a trial killed with its worker is marked FAIL when the study
+is next opened (and its MLflow run FAILED) and does not count, and a trial that proposes a
+cell the study has already evaluated (completed, or failed with the cell's error) or is
+evaluating is drawn again without counting (``bench.over_budget`` and ``bench.repeat_of``). Only when the search space has no
+configuration left, or :data:`MAX_REDRAWS` draws in a row were all repeats, does a counted
+trial repeat one: it reuses the earlier cell's FINISHED run and names the trial it repeats.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +32,8 @@ from bench.cells import content_key
 from bench.errors import BenchError
 from bench.grid import Cell, CellOutcome, cell_label
 from bench.tune_storage import (
-    OVER_BUDGET, WORKER, check_storage, counted_trials, fail_dead_trials, open_storage, uses_budget, worker_id,
+    CELL_KEY, OVER_BUDGET, REPEAT_OF, WORKER, check_storage, counted_trials, evaluated_trial, fail_dead_trials,
+    open_storage, resumed_seed, space_exhausted, uses_budget, worker_id,
 )
 
 if TYPE_CHECKING:
@@ -35,6 +45,8 @@ if TYPE_CHECKING:
 OBJECTIVES = ("utility", "privacy")
 SAMPLER_SEEDS = 2**32
 """Sampler seeds are in [0, 2^32) (NumPy's RandomState)."""
+MAX_REDRAWS = 20
+"""Draws in a row that may repeat evaluated configurations before a trial accepts a repeat."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +56,8 @@ class TuneConfig:
     Attributes:
         base: The cell template: task, mechanism, seed, profile, settings and locations;
             its ``params`` are held fixed and the others are searched.
-        trials: Total trials of the study, over every worker.
+        trials: Total counted trials of the study, over every worker and resumption (see
+            the module docstring: killed trials and redrawn repeats do not count).
         storage: Optuna storage (see the module docstring); None keeps the study in a
             journal file in the results directory.
         study_name: Study name; None derives one from the cell template.
@@ -125,7 +138,12 @@ def search_space(space: "ParamSpace", fixed: Mapping[str, Any]) -> dict[str, Any
 
 
 def open_study(config: TuneConfig) -> "optuna.Study":
-    """Creates the study, or loads it when another worker created it already."""
+    """Creates the study, or loads it when another worker created it already.
+
+    A study that already holds trials gets a sampler seeded from ``sampler_seed`` and its
+    size (:func:`bench.tune_storage.resumed_seed`), so that a resumed worker does not draw
+    its first trials' parameters again.
+    """
     import optuna
     from optuna.samplers import NSGAIISampler
 
@@ -136,6 +154,10 @@ def open_study(config: TuneConfig) -> "optuna.Study":
         storage=open_storage(config.storage, config.base.results_dir), study_name=config.name,
         directions=["maximize", "maximize"], sampler=sampler, load_if_exists=True,
     )
+    held = len(study.get_trials(deepcopy=False))
+    if held and config.sampler_seed is not None:
+        study.sampler = NSGAIISampler(population_size=config.population_size,
+                                      seed=resumed_seed(config.sampler_seed, held))
     study.set_metric_names(list(OBJECTIVES))
     return study
 
@@ -156,6 +178,7 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
     """
     import optuna
 
+    from bench.cellrun import sweep_orphans
     from bench.executors import execute_cell, open_tracker
     from bench.registry import load_file
     from bench.runner import plan
@@ -174,9 +197,14 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
         raise BenchError("bench tune maximises privacy: the cells need at least one attack (drop --attacks none)")
     study = open_study(config)
     tracker = open_tracker(config.base.results_dir, config.base.tracking_uri)
-    fail_dead_trials(study)
+    dead, orphans = fail_dead_trials(study), sweep_orphans(tracker)
+    if dead or orphans:
+        print(f"[bench] tune: {dead} trial(s) and {orphans} MLflow run(s) left by killed processes marked FAILED "
+              "(they do not count)", file=sys.stderr, flush=True)
+    redraws = 0
 
     def objective(trial: "optuna.Trial") -> tuple[float, float]:
+        nonlocal redraws
         trial.set_user_attr(WORKER, worker_id())
         earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
         if sum(map(uses_budget, earlier)) >= config.trials:
@@ -189,9 +217,21 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
         except BenchError as exc:
             _fail(trial, str(exc))
         cfg = dataclasses.replace(cfg, params=dict(planned.mechanism.config))
+        trial.set_user_attr(CELL_KEY, planned.key)  # before computing: other workers then see it taken
+        repeat = evaluated_trial(study, planned.key, trial.number)
+        if repeat is not None:
+            trial.set_user_attr(REPEAT_OF, repeat)
+            exhausted = space_exhausted(study, space)
+            if not exhausted and redraws < MAX_REDRAWS:
+                redraws += 1
+                trial.set_user_attr(OVER_BUDGET, True)
+                raise optuna.TrialPruned(f"trial {repeat} evaluated this configuration: drawn again")
+            why = "the search space has no other" if exhausted else f"{MAX_REDRAWS} draws in a row repeated one"
+            print(f"[bench] trial {trial.number} repeats trial {repeat}'s configuration ({why}): its result is "
+                  "reused", file=sys.stderr, flush=True)
+        redraws = 0
         outcome = execute_cell(Cell(cfg, planned.key, cell_label(cfg)), config.plugin_files)
         on_trial(trial.number, outcome)
-        trial.set_user_attr("cell_key", planned.key)
         if outcome.status == "failed" or outcome.result is None:
             _fail(trial, outcome.error or "the cell failed")
         trial.set_user_attr("run_id", outcome.run_id)

@@ -11,7 +11,12 @@ if TYPE_CHECKING:
     import optuna
 
 OVER_BUDGET = "bench.over_budget"
+"""Trial attribute: the trial does not use the budget (the study was full when it started, or it was redrawn)."""
+REPEAT_OF = "bench.repeat_of"
+"""Trial attribute: the earlier trial whose configuration (cell) this one proposed again."""
 WORKER = "bench.worker"
+CELL_KEY = "cell_key"
+"""Trial attribute: the key of the cell a trial evaluates (set before the cell is computed)."""
 
 RDB_URLS = "sqlite:///F.db, postgresql://..., mysql://..."
 SUPPORTED = f"use an RDB URL ({RDB_URLS}, with the database's Python driver installed) or journal:PATH"
@@ -190,21 +195,78 @@ def fail_dead_trials(study: "optuna.Study") -> int:
     Their trials then no longer use the budget. (RDB storages also fail the stale trials of
     other machines, by heartbeat.)
     """
+    from optuna.trial import TrialState
+
+    count = 0
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if _dead_here(trial):
+            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+            count += 1
+    return count
+
+
+def resumed_seed(seed: int | None, trials: int) -> int | None:
+    """Returns the sampler seed of a worker that joins a study already holding ``trials`` trials.
+
+    A sampler seeded as before would draw the earlier trials' parameters again; the seed is
+    therefore derived from the given one and the study's size (the same study state and
+    seed give the same draws). A new study, or no seed, keeps the seed as given.
+    """
+    if seed is None or trials == 0:
+        return seed
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, trials]).generate_state(1)[0])
+
+
+def evaluated_trial(study: "optuna.Study", cell_key: str, number: int) -> int | None:
+    """Returns another trial that evaluated this cell or is evaluating it, or None.
+
+    It evaluated it when it is COMPLETE, or FAIL with its cell's error (a counted failure:
+    the cell would fail again); it is evaluating it while it is RUNNING in a live worker
+    (one on this machine whose process is gone is not, see :func:`fail_dead_trials`).
+    """
+    from optuna.trial import TrialState
+
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)):
+        if trial.number == number or trial.user_attrs.get(CELL_KEY) != cell_key:
+            continue
+        if trial.state == TrialState.FAIL and "error" not in trial.user_attrs:
+            continue  # killed with its worker: never evaluated
+        if trial.state != TrialState.RUNNING or not _dead_here(trial):
+            return trial.number
+    return None
+
+
+def space_exhausted(study: "optuna.Study", space: dict[str, Any]) -> bool:
+    """Whether the study's COMPLETE trials hold every configuration of its search space (never with a float)."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+    from optuna.trial import TrialState
+
+    size = 1
+    for dist in space.values():
+        if isinstance(dist, CategoricalDistribution):
+            size *= len(dist.choices)
+        elif isinstance(dist, IntDistribution):
+            size *= (dist.high - dist.low) // dist.step + 1
+        else:
+            return False
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return len({tuple(sorted(t.params.items())) for t in trials}) >= size
+
+
+def _dead_here(trial: Any) -> bool:
+    """Whether a trial's worker ran on this machine and its process is gone."""
     import os
     import socket
 
-    from optuna.trial import TrialState
-
-    host, count = socket.gethostname(), 0
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        worker_host, _, pid = str(trial.user_attrs.get(WORKER, "")).rpartition(":")
-        if worker_host != host or not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
-            count += 1
-        except PermissionError:
-            continue
-    return count
+    host, _, pid = str(trial.user_attrs.get(WORKER, "")).rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

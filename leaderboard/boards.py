@@ -29,6 +29,7 @@ from leaderboard.stats import (
     paired_comparison,
     stable_seed,
 )
+from leaderboard.verification import VERIFIED, audit_text
 
 __all__ = ["Board", "Leaderboard", "Standing", "build_leaderboard", "RANKED", "TUNING", "UNDECLARED"]
 
@@ -62,6 +63,10 @@ class Standing:
         rank: Competition rank (ranked entries only).
         tied: Whether another ranked entry has the same rank (shown as ``tied``).
         tied_with: Ranked entries it is not separated from.
+        audit: The audit verdict of its claims (:func:`leaderboard.verification.audit_text`;
+            "" without a formal claim).
+        verification: ``verified``, or ``unverified: <why>`` (an entry file the board cannot
+            verify: never ranked).
     """
 
     name: str
@@ -81,6 +86,8 @@ class Standing:
     rank: int | None = None
     tied: bool = False
     tied_with: tuple[str, ...] = ()
+    audit: str = ""
+    verification: str = VERIFIED
 
     @property
     def ranked(self) -> bool:
@@ -239,6 +246,8 @@ def _standing(key: BoardKey, declaration: Declaration, cells: pd.DataFrame) -> t
         claim_type=_claim_type(cells), configurations=len(configurations), declared_seeds=tuple(declaration.seeds),
         complete_seeds=complete, hypervolumes=hypervolumes, estimate=estimate, cells=len(cells),
         runs=int(cells["runs"].sum()), flagged=flagged, status=status,
+        audit=audit_text(cells["audit"]) if "audit" in cells else "",
+        verification=f"unverified: {declaration.unverified}" if declaration.unverified else VERIFIED,
     )
     return standing, seed_noise
 

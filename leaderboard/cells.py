@@ -27,6 +27,8 @@ __all__ = [
 
 NO_ADVERSARY = "no adversary"
 """The flag of a cell that ran no attack (its privacy is not measured)."""
+NOT_AUDITED = "not audited"
+"""The audit verdict of a claim with no audit on record (:mod:`leaderboard.verification`)."""
 
 CELL_COLUMNS = [
     "board",
@@ -54,6 +56,7 @@ CELL_COLUMNS = [
     "delta",
     "unit",
     "claim_label",
+    "audit",
     "training_claim",
     "source",
     "run_id",
@@ -221,7 +224,9 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
         ``privacy`` is the privacy score, NaN when undefined, in which case ``flag``
         says why (``attack too weak`` or ``no adversary``); ``board`` is the id of the
         cell's :class:`~leaderboard.protocol.BoardKey` (``board_key``); ``groups`` is
-        ``Result.groups`` (``{}`` without demographic results), ``worst_group_privacy``
+        ``Result.groups`` (``{}`` without demographic results), ``audit`` the verdict of the
+        audit of its claim (an entry's ``audit`` record; ``not audited`` for a claim without
+        one, "" without a claim), ``worst_group_privacy``
         its worst group's privacy (NaN without one), ``worst_group`` that group
         (``attribute=value``, "" without one) and ``hardware`` what computed it
         (:func:`hardware_label`).
@@ -256,6 +261,7 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
             "metric": metric, "utility": utility, "utility_se": utility_se, "privacy": privacy,
             "flag": flag, "flag_detail": detail, "epsilon": epsilon, "delta": delta, "unit": unit,
             "claim_label": "; ".join(x for x in (claim_label(epsilon, delta, unit), training and f"training: {training}") if x),
+            "audit": _text(row.get("audit")) or (NOT_AUDITED if claim else ""),
             "training_claim": training, "source": _text(row.get("source"), "local"),
             "run_id": _text(row.get("run_id")), "cell_key": _text(row.get("cell_key")),
             "groups": groups, "worst_group_privacy": worst_privacy, "worst_group": worst_group,

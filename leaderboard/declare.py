@@ -61,6 +61,8 @@ class Declaration:
         profile: The profile of every cell.
         seeds: The declared seeds (only these count).
         cells: Cell key -> its place (benchmark, configuration, seed).
+        unverified: Why an entry file is not verified (:mod:`leaderboard.verification`);
+            empty when it is, and for a suite's local runs (checked as they are read).
     """
 
     name: str
@@ -70,13 +72,16 @@ class Declaration:
     profile: str
     seeds: tuple[int, ...]
     cells: Mapping[str, DeclaredCell] = field(default_factory=dict)
+    unverified: str = ""
 
     def configurations(self, benchmark: str) -> list[str]:
         """Returns the declared configurations on one benchmark, in a stable order."""
         return sorted({c.configuration for c in self.cells.values() if c.benchmark == benchmark})
 
     def problem(self) -> str | None:
-        """Returns why the declaration cannot be ranked whatever its results, or None."""
+        """Returns why the declaration cannot be ranked whatever its results (first: unverified), or None."""
+        if self.unverified:
+            return f"unverified: {self.unverified}"
         benchmarks = {c.benchmark for c in self.cells.values()}
         most = max((len(self.configurations(b)) for b in benchmarks), default=0)
         if most > K_MAX:

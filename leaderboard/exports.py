@@ -15,7 +15,14 @@ import pandas as pd
 
 from leaderboard.boards import Leaderboard
 from leaderboard.protocol import K_MAX, MIN_SEEDS, precision_suffix
-from leaderboard.table import exploration_table, hardware_note, leaderboard_table, privacy_text, rank_label
+from leaderboard.table import (
+    claim_audit_label,
+    exploration_table,
+    hardware_note,
+    leaderboard_table,
+    privacy_text,
+    rank_label,
+)
 
 __all__ = [
     "csv_safe",
@@ -94,7 +101,9 @@ def write_csv(table: pd.DataFrame, path: Any) -> None:
 
 PROTOCOL_LINE = (f"Ranked by the mean over ≥ {MIN_SEEDS} seeds of each seed's frontier hypervolume over a declared "
                  f"set of ≤ {K_MAX} configurations; entries share a rank unless a paired comparison over seeds "
-                 "separates them at 95% (docs/protocol.md).")
+                 "separates them at 95% (docs/protocol.md). An entry file the board cannot verify (its mechanism not "
+                 "registered, a cell that does not match its result digest, a claim without a passed audit) is "
+                 "listed as unverified and never ranked.")
 
 _MD_HEADER = ("| Rank | Entry | Mechanism | Claim type | HV mean | 95% CI | Seed spread (sd; min–max) | Seeds "
               "| Configurations | Flagged cells | Worst-group privacy (group most often worst) | Status |")
@@ -127,7 +136,7 @@ def render_markdown(leaderboard: Leaderboard) -> str:
         for standing, r in zip(board.standings, rows.itertuples(index=False)):
             lines.append("| " + " | ".join([
                 markdown_escape(rank_label(standing)), markdown_escape(r.entry), markdown_escape(r.mechanism),
-                markdown_escape(r.claim_type), fmt(r.hv_mean), interval_text(r.hv_low, r.hv_high),
+                markdown_escape(claim_audit_label(standing)), fmt(r.hv_mean), interval_text(r.hv_low, r.hv_high),
                 f"{fmt(r.hv_std)}; {fmt(r.hv_min)}–{fmt(r.hv_max)}", f"{r.seeds} of {len(standing.declared_seeds)}",
                 str(r.configurations), f"{r.flagged} (attack too weak)" if r.flagged else "0",
                 markdown_escape(worst_group_text(r.worst_group_privacy, r.worst_group)), markdown_escape(r.status),
@@ -164,10 +173,10 @@ def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
         for s in board.standings:
             e = s.estimate
             rows.append([
-                rank_label(s), terminal_safe(s.name, width), terminal_safe(s.claim_type, width),
+                rank_label(s), terminal_safe(s.name, width), terminal_safe(claim_audit_label(s), width + 16),
                 fmt(e.mean if e else None), interval_text(e.low, e.high) if e else "–", fmt(e.std if e else None),
                 f"{len(s.complete_seeds)}/{len(s.declared_seeds)}", str(s.configurations), str(s.flagged),
-                terminal_safe(s.status, 48),
+                terminal_safe(s.status, 160 if s.status.startswith("unverified") else 48),
             ])
         head, note = terminal_safe(board.key.label), hardware_note(board)
         if note:

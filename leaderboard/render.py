@@ -32,6 +32,7 @@ from leaderboard.protocol import precision_suffix, settings_label
 from leaderboard.table import (
     exploration_table, hardware_note, leaderboard_table, privacy_text, rank_label, worst_group,
 )
+from leaderboard.verification import VERIFIED
 
 __all__ = ["board_file_name", "build_site", "script_json", "slug"]
 
@@ -160,7 +161,8 @@ def _standing_rows(board: Board, mech_names: _Names, root: str) -> list[dict[str
         rows.append({
             "rank": rank_label(s), "rank_sort": _sort_value(s.rank), "tied": s.tied, "entry": s.name,
             "mechanism": s.mechanism, "href": f"{root}mechanisms/{mech_names[s.mechanism]}.html",
-            "claim_type": s.claim_type, "hv": fmt(e.mean if e else None), "hv_sort": _sort_value(e.mean if e else None),
+            "claim_type": s.claim_type, "audit": s.audit, "verification": s.verification,
+            "verified": not s.verification.startswith("unverified"), "hv": fmt(e.mean if e else None), "hv_sort": _sort_value(e.mean if e else None),
             "ci": interval_text(e.low, e.high) if e else "–", "sd": fmt(e.std if e else None),
             "sd_sort": _sort_value(e.std if e else None),
             "range": f"{fmt(min(volumes))}–{fmt(max(volumes))}" if volumes else "–",
@@ -179,7 +181,7 @@ def _board_cell_rows(board: Board) -> list[dict[str, Any]]:
         "entry": c.entry, "params": c.params_label, "seed": _seed_text(c.seed), "seed_sort": _sort_value(c.seed),
         "utility": fmt(c.utility, 4), "utility_sort": _sort_value(c.utility),
         "privacy": privacy_text(c.privacy, c.flag), "privacy_sort": _sort_value(c.privacy), "flagged": bool(c.flag),
-        "detail": c.flag_detail, "claim": c.claim_label, "runs": int(c.runs), "source": c.source, "run_id": c.run_id,
+        "detail": c.flag_detail, "claim": c.claim_label, "audit": getattr(c, "audit", ""), "runs": int(c.runs), "source": c.source, "run_id": c.run_id,
         "hardware": getattr(c, "hardware", ""),
     } for c in cells.itertuples(index=False)]
 
@@ -279,6 +281,7 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
                if row["ranked"]][:TOP_N]
         index_boards.append({"name": board.key.benchmark, "href": f"boards/{stem}.html", "identity": _identity(board),
                              "n_entries": len(board.standings), "n_ranked": sum(s.ranked for s in board.standings),
+                             "n_unverified": sum(s.verification != VERIFIED for s in board.standings),
                              "top": top})
 
     write("exploration.html", "exploration.html", "", rows=_exploration_rows(explore), n_cells=len(explore))

@@ -3,7 +3,8 @@
 A row's utility is the mean over its seeds with a 95% interval (Student t over seeds;
 with one seed, the cell's own logged CI), privacy the mean of the defined scores (flagged
 cells counted, never scored), and its claims typed by unit: the mechanism's and a
-training claim, side by side (``UNBACKED`` where the code cannot back one). Rows of one
+training claim, side by side (``UNBACKED`` where the code cannot back one); a claim without a
+passed audit on record is marked ``(unaudited)`` (``(audit inconclusive)``, ``(audit failed)``). Rows of one
 benchmark, profile, data (synthetic or real), settings and precision form one table; cells
 computed in bf16 mixed precision are never pooled with fp32 ones.
 """
@@ -76,10 +77,28 @@ def report_table(rows: pd.DataFrame, benchmark: str | None = None, columns: Sequ
             "privacy_sd": float(privacy.std(ddof=1)) if len(privacy) > 1 else math.nan,
             "flagged": int(group["privacy"].isna().sum()),
             "flag": "; ".join(sorted({f for f in group["flag"] if f})),
-            "claim": claim_label(*(float(group[c].iloc[0]) for c in ("epsilon", "delta")), str(group["unit"].iloc[0])),
+            "claim": _audited(claim_label(*(float(group[c].iloc[0]) for c in ("epsilon", "delta")),
+                                          str(group["unit"].iloc[0])), group),
             "training_claim": training.split(": ", 1)[1] if ": " in training else training,
         })
     return pd.DataFrame(out, columns=REPORT_COLUMNS + [c for name in columns for c in (name, f"{name}_ci")])
+
+
+def _audited(claim: str, group: pd.DataFrame) -> str:
+    """Marks a claim with its audit: ``eps=1 [unit] (unaudited)``, ``(audit passed)``, ``(audit inconclusive)``.
+
+    A configuration's claim counts as audited only when every one of its cells carries a
+    passed audit (an entry's ``audit`` record); local runs carry none.
+    """
+    if not claim:
+        return claim
+    verdicts = {v for v in group.get("audit", pd.Series(dtype=str)) if v}
+    if verdicts == {"passed"}:
+        return f"{claim} (audit passed)"
+    for verdict in ("failed", "inconclusive"):
+        if verdict in verdicts:
+            return f"{claim} (audit {verdict})"
+    return f"{claim} (unaudited)"
 
 
 def parse_column(name: str) -> tuple[str, str, str]:

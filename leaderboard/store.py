@@ -24,7 +24,8 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.interfaces import RESULT_SCHEMA, Result
 from bench.tracking import SUPERSEDED
-from bench.tracking.verify import UnverifiedResult, check_result
+from bench.tracking.health import StoreDamaged
+from bench.tracking.verify import RESULT_DIGEST, UnverifiedResult, check_result
 
 if TYPE_CHECKING:
     from bench.tracking import Tracker
@@ -60,12 +61,14 @@ class Skipped:
         unreadable: FINISHED runs without a readable result.json.
         unverified: FINISHED runs whose result.json does not match the digest they logged, or
             that logged none (:mod:`bench.tracking.verify`).
+        missing: FINISHED runs that logged a result.json which is gone (artifacts deleted).
     """
 
     old_schema: dict[str, int] = field(default_factory=dict)
     superseded: int = 0
     unreadable: int = 0
     unverified: int = 0
+    missing: int = 0
 
     def notes(self) -> list[str]:
         """Returns one line per kind of result left out (none when nothing was)."""
@@ -74,6 +77,9 @@ class Skipped:
             where = ", ".join(f"{n} in {place}" for place, n in self.old_schema.items())
             out.append(f"{sum(self.old_schema.values())} result(s) of schema 1 skipped ({where}): they were scored "
                        "with the old formula (a useless attack counted as privacy 1.0); rerun them to include them")
+        if self.missing:
+            out.append(f"the tracking store is damaged: {self.missing} FINISHED run(s) lost their result.json (artifacts "
+                       "deleted); left out ('bench run' computes such a cell again)")
         if self.unreadable:
             out.append(f"{self.unreadable} FINISHED run(s) have no readable result.json; left out")
         if self.unverified:
@@ -89,16 +95,25 @@ def runs_frame(tracker: "Tracker", skipped: Skipped | None = None) -> pd.DataFra
 
     Args:
         tracker: Where the runs are.
-        skipped: Counts the runs left out (superseded, old schema, unreadable).
+        skipped: Counts the runs left out (superseded, old schema, unreadable, artifacts lost).
+
+    Raises:
+        StoreDamaged: Every FINISHED run lost its result.json (the artifacts folder is gone):
+            the store is damaged, not empty.
     """
     rows: list[dict[str, Any]] = []
     skipped = skipped if skipped is not None else Skipped()
-    old = 0
+    old = current = 0
+    lost: list[Any] = []
     for run in _finished(tracker):
         if SUPERSEDED in run.data.tags:
             skipped.superseded += 1
             continue
+        current += 1
         data = _artifact(tracker, run, "result.json", binary=True)
+        if data is None and RESULT_DIGEST in run.data.tags:
+            lost.append(run)
+            continue
         try:
             raw = json.loads(data) if data is not None else None
         except ValueError:
@@ -123,7 +138,21 @@ def runs_frame(tracker: "Tracker", skipped: Skipped | None = None) -> pd.DataFra
                      "overrides": _overrides(_artifact(tracker, run, "config.json"))})
     if old:
         skipped.old_schema["the MLflow runs"] = old
+    if lost and len(lost) == current:
+        raise StoreDamaged(tracker.uri, f"the result.json of every one of its {current} FINISHED run(s) is missing "
+                                        f"({_artifact_folder(lost[0])}); restore its artifacts folder, or compute the "
+                                        "cells again")
+    skipped.missing += len(lost)
     return pd.DataFrame(rows)
+
+
+def _artifact_folder(run: Any) -> str:
+    """Names where a run's artifacts were, saying when the folder that held every run's is gone."""
+    uri = run.info.artifact_uri or ""
+    if not uri.startswith("file:"):
+        return uri
+    folder = Path(url2pathname(urlparse(uri).path)).parent.parent  # <artifacts>/<run id>/artifacts
+    return f"{folder} does not exist" if not folder.exists() else f"e.g. {uri}"
 
 
 def _overrides(config_json: str | None) -> dict[str, Any]:
@@ -183,10 +212,16 @@ def read_entries(folder: str | Path = ENTRIES_DIR,
                  skipped: Skipped | None = None) -> tuple[pd.DataFrame, list["Declaration"]]:
     """Returns one row per cell of every ``*.json`` entry in a folder, and the entries' declarations.
 
+    Each entry is checked (:func:`leaderboard.verification.check_entry`): its declaration
+    says why it is unverified, and each row carries the ``audit`` verdict of its claim.
+
     Raises:
         BenchError: A malformed entry, or two entries with one name.
     """
+    import dataclasses
+
     from leaderboard.declare import declaration_from_entry
+    from leaderboard.verification import check_entry
 
     rows: list[dict[str, Any]] = []
     declarations = []
@@ -197,12 +232,13 @@ def read_entries(folder: str | Path = ENTRIES_DIR,
         if name in names:
             raise BenchError(f"entries {names[name]} and {path.name} have the same name {name!r}")
         names[name] = path.name
-        declarations.append(declaration_from_entry(entry))
+        check = check_entry(entry)
+        declarations.append(dataclasses.replace(declaration_from_entry(entry), unverified="; ".join(check.problems)))
         default = (entry.get("suite") or {}).get("overrides") or {}
         for cell in entry["cells"]:
             result = Result.from_dict(cell)
             rows.append({**result.to_dict(), "source": f"entry:{name}", "run_id": str(cell.get("run_id", "")),
-                         "overrides": cell.get("overrides", default)})
+                         "overrides": cell.get("overrides", default), "audit": check.audits.get(result.cell_key, "")})
     return pd.DataFrame(rows), declarations
 
 

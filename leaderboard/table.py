@@ -18,6 +18,7 @@ __all__ = [
     "TABLE_COLUMNS",
     "WorstGroup",
     "board_cells_table",
+    "claim_audit_label",
     "exploration_table",
     "hardware_mix",
     "hardware_note",
@@ -29,15 +30,15 @@ __all__ = [
 
 TABLE_COLUMNS = [
     "board", "benchmark", "profile", "data", "settings", "precision",
-    "rank", "tied", "entry", "mechanism", "claim_type",
+    "rank", "tied", "entry", "mechanism", "claim_type", "audit",
     "hv_mean", "hv_low", "hv_high", "hv_std", "hv_min", "hv_max", "seeds", "declared_seeds", "configurations",
-    "cells", "runs", "flagged", "worst_group_privacy", "worst_group", "status", "tied_with", "suite", "source",
-    "hardware",
+    "cells", "runs", "flagged", "worst_group_privacy", "worst_group", "status", "verification", "tied_with", "suite",
+    "source", "hardware",
 ]
 
 BOARD_CELL_COLUMNS = [
-    "entry", "params", "seed", "metric", "utility", "utility_se", "privacy", "flag", "flag_detail", "claim", "runs",
-    "source", "run_id", "hardware",
+    "entry", "params", "seed", "metric", "utility", "utility_se", "privacy", "flag", "flag_detail", "claim", "audit",
+    "runs", "source", "run_id", "hardware",
 ]
 
 EXPLORATION_COLUMNS = [
@@ -52,6 +53,11 @@ def rank_label(standing: Standing) -> str:
     if standing.rank is None:
         return "–"
     return f"{standing.rank} (tied)" if standing.tied else str(standing.rank)
+
+
+def claim_audit_label(standing: Standing) -> str:
+    """Returns an entry's claim type with the verdict of its audit beside it: ``m-pixel (m=1) (audit passed)``."""
+    return f"{standing.claim_type} ({standing.audit})" if standing.audit else standing.claim_type
 
 
 def privacy_text(value: float, flag: str, digits: int = 4) -> str:
@@ -143,12 +149,13 @@ def _standing_row(board: Board, s: Standing) -> dict[str, Any]:
     return {
         **_identity(board),
         "rank": s.rank, "tied": s.tied, "entry": s.name, "mechanism": s.mechanism, "claim_type": s.claim_type,
+        "audit": s.audit,
         "hv_mean": e.mean if e else math.nan, "hv_low": e.low if e else math.nan, "hv_high": e.high if e else math.nan,
         "hv_std": e.std if e else math.nan, "hv_min": min(volumes) if volumes else math.nan,
         "hv_max": max(volumes) if volumes else math.nan, "seeds": len(s.complete_seeds),
         "declared_seeds": ",".join(map(str, s.declared_seeds)), "configurations": s.configurations, "cells": s.cells,
         "runs": s.runs, "flagged": s.flagged, "worst_group_privacy": worst.privacy, "worst_group": worst.group,
-        "status": s.status, "tied_with": ", ".join(s.tied_with),
+        "status": s.status, "verification": s.verification, "tied_with": ", ".join(s.tied_with),
         "suite": s.suite, "source": s.source, "hardware": "; ".join(hardware_mix(cells)),
     }
 
@@ -163,7 +170,9 @@ def leaderboard_table(leaderboard: Leaderboard) -> pd.DataFrame:
     ``hv_max``), counts, ``flagged`` cells (privacy undefined), the mean over its cells
     of their worst group's privacy (``worst_group_privacy``, NaN without results by
     group) with the group most often worst (``worst_group``; see :func:`worst_group`),
-    ``status`` (``ranked`` or why not), ``tied_with`` (entries it is not separated from)
+    ``status`` (``ranked`` or why not), ``audit`` (the audit verdict of its claims, "" without
+    one), ``verification`` (``verified`` or ``unverified: <why>``: an unverified entry file is
+    never ranked), ``tied_with`` (entries it is not separated from)
     and ``hardware`` (what computed its cells, :func:`hardware_mix`).
     """
     rows = [_standing_row(board, s) for board in leaderboard.boards for s in board.standings]
@@ -178,7 +187,8 @@ def board_cells_table(board: Board) -> pd.DataFrame:
     rows = [{
         "entry": c.entry, "params": c.params_label, "seed": c.seed, "metric": c.metric, "utility": c.utility,
         "utility_se": c.utility_se, "privacy": c.privacy, "flag": c.flag, "flag_detail": c.flag_detail,
-        "claim": c.claim_label, "runs": c.runs, "source": c.source, "run_id": c.run_id,
+        "claim": c.claim_label, "audit": getattr(c, "audit", ""), "runs": c.runs, "source": c.source,
+        "run_id": c.run_id,
         "hardware": getattr(c, "hardware", ""),
     } for c in cells.itertuples(index=False)]
     return pd.DataFrame(rows, columns=BOARD_CELL_COLUMNS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import shutil
 
-from bench.cli.common import add_location_args, cache_dir
+from bench.cli.common import add_location_args, cache_dir, check_locations
 from bench.errors import BenchError
 
 
@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     """Verifies or cleans; ``verify`` exits 1 when an entry is damaged."""
     from bench.cache import Cache, remove_entry
 
+    check_locations(args, writing=False)
     root = cache_dir(args)
     if root.exists() and not root.is_dir():
         raise BenchError(f"cache directory {root} is a file")

@@ -50,14 +50,14 @@ def add_cell_options(parser: argparse.ArgumentParser, many: bool = False) -> Non
     parser.add_argument("--precision", default="fp32",
                         help="fp32, or bf16: bfloat16 mixed precision for the task's networks (adversaries stay "
                              "fp32; faster on CPUs with AMX; other numbers, cells and boards; default fp32)")
-    parser.add_argument("--data-root", type=Path, default=None, help="root of real datasets (default $BENCH_DATA)")
+    parser.add_argument("--data-root", type=path_arg, default=None, help="root of real datasets (default $BENCH_DATA)")
     parser.add_argument("--attacks", default=None,
                         help="comma-separated adversaries, or 'none' (default: " + ("the suite's or " if many else "")
                              + "the benchmark's)")
     parser.add_argument("--set", action="append", metavar="SECTION.K=V", dest="overrides",
                         help="override a task or attack setting, e.g. task.epochs=3, task.data.min_images=10 or "
                              "face_reid.weights=PATH" + (" (in every cell, added to the suite's)" if many else ""))
-    parser.add_argument("--mechanism-file", type=Path, action="append", default=[],
+    parser.add_argument("--mechanism-file", type=path_arg, action="append", default=[],
                         help="a Python file that registers a mechanism (repeatable"
                              + ("; loaded in every worker)" if many else ")"))
     add_location_args(parser)
@@ -85,10 +85,12 @@ def run_config(args: argparse.Namespace, absolute: bool = False, **extra: Any) -
         **extra: Other RunConfig fields (``verify_data``).
 
     Raises:
-        BenchError: A malformed --param, --set or --attacks.
+        BenchError: A malformed --param, --set or --attacks, or a location that
+            :func:`check_locations` refuses.
     """
     from bench.runner import RunConfig
 
+    check_locations(args)
     results, cache, uri = args.results_dir, cache_dir(args), args.tracking_uri
     if absolute:
         from bench.tracking import tracking_uri
@@ -105,11 +107,57 @@ def run_config(args: argparse.Namespace, absolute: bool = False, **extra: Any) -
 
 def add_location_args(parser: argparse.ArgumentParser) -> None:
     """Adds --results-dir, --cache-dir and --tracking-uri."""
-    parser.add_argument("--results-dir", type=Path, default=Path(os.environ.get("BENCH_RESULTS", "results")),
+    parser.add_argument("--results-dir", type=path_arg, default=Path(os.environ.get("BENCH_RESULTS") or "results"),
                         help="MLflow database and artifacts (default: ./results or $BENCH_RESULTS)")
-    parser.add_argument("--cache-dir", type=Path, default=None,
+    parser.add_argument("--cache-dir", type=path_arg, default=None,
                         help="releases and trained models (default: RESULTS_DIR/cache or $BENCH_CACHE)")
-    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite in RESULTS_DIR)")
+    parser.add_argument("--tracking-uri", type=text_arg, default=None,
+                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite in RESULTS_DIR)")
+
+
+def path_arg(text: str) -> Path:
+    """An argparse ``type`` for paths: refuses an empty one (``Path("")`` would be the current folder).
+
+    Raises:
+        argparse.ArgumentTypeError: The text is empty or blank.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a path ('.' for the current folder)")
+    return Path(text)
+
+
+def text_arg(text: str) -> str:
+    """An argparse ``type`` for names and URIs: refuses an empty or blank one (it would mean "the default").
+
+    Raises:
+        argparse.ArgumentTypeError: The text is empty or blank.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty value; leave the option out for its default")
+    return text
+
+
+def check_locations(args: argparse.Namespace, writing: bool = True) -> None:
+    """Checks --results-dir, --cache-dir, --data-root and --tracking-uri before any work; creates nothing.
+
+    Args:
+        args: Options declared by :func:`add_location_args` (and ``--data-root`` where there is one).
+        writing: The command writes into the results and cache folders (they must be
+            writable or creatable); otherwise only their names are checked.
+
+    Raises:
+        BenchError: A name over 255 bytes, a folder that cannot be written, or a tracking
+            URI that :func:`bench.tracking.check_tracking_uri` refuses (in memory, missing folder).
+    """
+    from bench.folders import check_path_name, check_writable_folder
+    from bench.tracking import tracking_uri
+
+    check = check_writable_folder if writing else check_path_name
+    check("--results-dir", args.results_dir)
+    check("--cache-dir", cache_dir(args))
+    if getattr(args, "data_root", None) is not None:
+        check_path_name("--data-root", args.data_root)
+    tracking_uri(args.results_dir, args.tracking_uri)
 
 
 def cache_dir(args: argparse.Namespace) -> Path:

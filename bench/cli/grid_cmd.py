@@ -10,6 +10,7 @@ import time
 from bench.cli.common import (
     add_cell_options,
     cache_dir,
+    check_locations,
     data_root,
     interactive,
     load_plugins,
@@ -59,6 +60,7 @@ def build_cells(args: argparse.Namespace):
     """
     from bench.grid import expand
 
+    check_locations(args)
     load_plugins(args)
     suite = adjust_suite(select_suite(args), args)
     where = placement(args)
@@ -125,6 +127,12 @@ def executor_config(args: argparse.Namespace):
 
     if args.workers is not None and args.workers < 1:
         raise BenchError(f"--workers must be at least 1, got {args.workers}")
+    if args.executor == "processes" and args.workers is not None:
+        from bench.cpus import usable_cpus
+
+        if args.workers > usable_cpus():
+            raise BenchError(f"--workers {args.workers}: this machine gives this process {usable_cpus()} CPU(s), and "
+                             "each worker process needs one (and holds a cell in memory); give at most that")
     if args.gpus_per_cell < 1 or (args.gpus_per_cell > 1 and args.executor != "ray"):
         raise BenchError(f"--gpus-per-cell must be at least 1 and needs --executor ray, got {args.gpus_per_cell}")
     return ExecutorConfig(kind=args.executor, workers=args.workers, ray_address=args.ray_address,

@@ -1,4 +1,4 @@
-"""``bench leaderboard build | serve | show``: the leaderboard from MLflow runs and entries."""
+"""``bench leaderboard build | serve | show | verify``: the leaderboard from MLflow runs and entries."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import os
 import sys
 from pathlib import Path
 
-from bench.cli.common import add_location_args, data_root
+from bench.cli.common import add_location_args, check_locations, data_root, path_arg
 from bench.errors import BenchError
+from leaderboard.reproduce import DEFAULT_SAMPLE
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Adds ``bench leaderboard`` and its three actions."""
+    """Adds ``bench leaderboard`` and its four actions."""
     p = subparsers.add_parser("leaderboard", help="build, serve or print the leaderboard",
                               description="Boards of declared entries (suites' local runs and submitted entries) ranked by "
                                           "docs/protocol.md; other cells are in the exploration view.")
@@ -21,12 +22,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     build = actions.add_parser("build", help="write the static site, Markdown and CSV")
     _add_source_args(build)
-    build.add_argument("--out", type=Path, default=None, help="site folder (default RESULTS_DIR/leaderboard)")
+    build.add_argument("--out", type=path_arg, default=None, help="site folder (default RESULTS_DIR/leaderboard)")
     build.set_defaults(func=build_cmd)
 
     serve = actions.add_parser("serve", help="serve the site on 127.0.0.1 (building it first if missing)")
     _add_source_args(serve)
-    serve.add_argument("--out", type=Path, default=None, help="site folder (default RESULTS_DIR/leaderboard)")
+    serve.add_argument("--out", type=path_arg, default=None, help="site folder (default RESULTS_DIR/leaderboard)")
     serve.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0 picks a free one; default 8000)")
     serve.add_argument("--rebuild", action="store_true", help="rebuild the site even if it exists")
     serve.set_defaults(func=serve_cmd)
@@ -39,9 +40,31 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       help="print the cells outside declared entries (single runs, ad-hoc grids, tuning trials)")
     show.set_defaults(func=show_cmd)
 
+    verify = actions.add_parser(
+        "verify", help="recompute a random sample of an entry's cells and compare them with what it states",
+        description="Checks ENTRY as the board does (mechanism registered, cells matching their result digests, "
+                    "claims with a passed audit), then recomputes a seeded random sample of its cells by the normal "
+                    "cell path and compares each number with the entry's: equal on the same hardware (CPU model "
+                    "and threads, or GPU), within the cell's stated 95%% CI on other hardware. Exit 0 when the "
+                    "entry is verified and every sampled cell matches, 1 otherwise, 2 on a usage error.")
+    verify.add_argument("entry", type=path_arg, metavar="ENTRY", help="an entry JSON file (leaderboard/entries/*.json)")
+    verify.add_argument("--sample", default=str(DEFAULT_SAMPLE), metavar="K",
+                        help=f"how many cells to recompute (default {DEFAULT_SAMPLE}; 'all' for every cell)")
+    verify.add_argument("--seed", default="0", help="seed of the random sample (default 0)")
+    verify.add_argument("--results-dir", type=path_arg, default=None,
+                        help="log the recomputed runs here (forced: earlier runs of these cells are superseded); "
+                             "default a temporary folder, deleted afterwards")
+    verify.add_argument("--cache-dir", type=path_arg, default=None,
+                        help="releases and trained models (default: in the results directory)")
+    verify.add_argument("--data-root", type=path_arg, default=None,
+                        help="root of real datasets (default $BENCH_DATA)")
+    verify.add_argument("--device", default=None, choices=("cpu", "cuda"),
+                        help="where to compute (default: each cell's own kind of device where present, else cpu)")
+    verify.set_defaults(func=verify_cmd)
+
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--entries", type=Path, default=None,
+    p.add_argument("--entries", type=path_arg, default=None,
                    help="folder of entry JSON files (default leaderboard/entries or $BENCH_ENTRIES)")
     p.add_argument("--no-entries", action="store_true", help="local runs only")
     p.add_argument("--profile", default=None, help="only cells of this profile")
@@ -66,9 +89,11 @@ def check_entries_folder(args: argparse.Namespace) -> None:
     """Checks that the entries folder --entries or $BENCH_ENTRIES names is a folder (the default may be missing).
 
     Raises:
-        BenchError: The named folder does not exist or is a file.
+        BenchError: The named folder does not exist or is a file, or --entries comes with --no-entries.
     """
     if getattr(args, "no_entries", False):
+        if getattr(args, "entries", None) is not None:
+            raise BenchError(f"--entries {args.entries} and --no-entries contradict each other; give one")
         return
     if getattr(args, "entries", None) is not None:
         flag = "--entries"
@@ -91,22 +116,26 @@ def collect(args: argparse.Namespace):
     Raises:
         BenchError: There are no results at all, the entries folder named is none, or an
             entry or a named suite is malformed.
+        StoreDamaged: The tracking store is damaged (emptied, truncated, its artifacts gone).
+        StoreLocked: The tracking store stayed locked by another connection.
     """
     import pandas as pd
 
     from bench.tracking import Tracker
+    from bench.tracking.health import NoResults
     from leaderboard.boards import build_leaderboard
     from leaderboard.declare import suite_declarations
     from leaderboard.store import Skipped, combine, read_entries, runs_frame
 
     check_entries_folder(args)
+    check_locations(args, writing=False)
     local, problems = suite_declarations(args.suite, data_root(args.data_root))
     skipped = Skipped()
     try:
         tracker = Tracker(args.results_dir, args.tracking_uri, create=False)
-        runs = runs_frame(tracker, skipped)
-    except BenchError:
-        tracker, runs = None, pd.DataFrame()
+    except NoResults:  # no store at all: entries alone may make a board; a damaged or locked one is an error
+        tracker = None
+    runs = runs_frame(tracker, skipped) if tracker is not None else pd.DataFrame()
     entries, declarations = (pd.DataFrame(), []) if args.no_entries else read_entries(entries_dir(args), skipped)
     frame = combine(runs, entries)
     if args.profile is not None and len(frame):
@@ -244,3 +273,56 @@ def show_cmd(args: argparse.Namespace) -> int:
     else:
         print(render_terminal(board), end="")
     return 0
+
+
+def verify_cmd(args: argparse.Namespace) -> int:
+    """Checks an entry, recomputes a sample of its cells and prints per cell match or mismatch.
+
+    Returns:
+        0 when the entry is verified and every sampled cell matches, else 1.
+
+    Raises:
+        BenchError: The entry file is not an entry, or an option is invalid (before any work).
+    """
+    from bench.folders import check_writable_folder
+    from bench.runner import resolve_device
+    from leaderboard.exports import terminal_safe
+    from leaderboard.reproduce import reproduce, sample_cells
+    from leaderboard.store import load_entry
+    from leaderboard.verification import check_entry
+
+    entry = load_entry(args.entry)
+    count = len(entry["cells"]) if args.sample == "all" else _count("--sample", args.sample, 1)
+    seed = _count("--seed", args.seed, 0)
+    if args.device is not None:
+        resolve_device(args.device)
+    for flag, folder in (("--results-dir", args.results_dir), ("--cache-dir", args.cache_dir)):
+        if folder is not None:
+            check_writable_folder(flag, folder)
+    check = check_entry(entry)
+    print(terminal_safe(f"entry {entry['name']}: {check.status}"))
+    cells = sample_cells(entry["cells"], count, seed)
+    print(f"recomputing {len(cells)} of {len(entry['cells'])} cells (sample seed {seed})", flush=True)
+    results = reproduce(entry, cells, args.results_dir, args.cache_dir, data_root(args.data_root), args.device,
+                        say=lambda line: print(line, file=sys.stderr, flush=True))
+    for result in results:
+        print("\n".join(terminal_safe(line) for line in result.lines()))
+    matched = sum(r.status == "match" for r in results)
+    print(f"{matched} of {len(results)} sampled cells match" + ("" if check.verified else "; the entry is unverified"))
+    return 0 if check.verified and matched == len(results) else 1
+
+
+def _count(flag: str, text: str, low: int) -> int:
+    """Parses a whole number >= ``low`` given to ``flag``.
+
+    Raises:
+        BenchError: Not a whole number, or below ``low``.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise BenchError(f"{flag} must be a whole number >= {low}" + (" or 'all'" if flag == "--sample" else "")
+                         + f", got {text!r}")
+    return value

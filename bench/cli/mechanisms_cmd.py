@@ -19,7 +19,7 @@ DATASET_OPTIONS: dict[str, dict[str, Any]] = {"synth_faces": {"n_ids": 20, "per_
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench mechanisms show``."""
-    from bench.cli.common import add_location_args
+    from bench.cli.common import add_location_args, path_arg
 
     p = subparsers.add_parser("mechanisms", help="inspect mechanisms")
     actions = p.add_subparsers(dest="mechanisms_command", metavar="ACTION")
@@ -30,13 +30,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--sweep", action="append", default=[], metavar="K=V1,V2,...",
                       help="one row per value; several sweeps give their product (repeatable)")
     show.add_argument("--dataset", default="synth_faces", help="dataset the images come from (default: synth_faces)")
-    show.add_argument("--data-root", type=Path, default=None, help="root of real datasets (default: $BENCH_DATA)")
+    show.add_argument("--data-root", type=path_arg, default=None, help="root of real datasets (default: $BENCH_DATA)")
     show.add_argument("--n", type=int, default=8, help="images per row (default: 8)")
     show.add_argument("--scale", type=int, default=1, help="integer upscaling of the images (default: 1)")
     show.add_argument("--palette", action="store_true", help="save with a 256-colour palette (smaller file)")
     show.add_argument("--seed", type=int, default=0, help="seed of the mechanism's noise, in [0, 2^63) (default: 0)")
     show.add_argument("--device", default="cpu", help="auto | cpu | cuda | cuda:N (default: cpu)")
-    show.add_argument("--out", type=Path, required=True, help="PNG file to write")
+    show.add_argument("--out", type=path_arg, required=True, help="PNG file to write")
     add_location_args(show)
     show.set_defaults(func=_show_command)
 
@@ -154,6 +154,8 @@ def show_mechanism(
         BenchError: Unknown mechanism or dataset, invalid parameters, sweeps, seed, device or
             output file (all checked before any image is loaded).
     """
+    from bench.folders import check_writable_file, check_writable_folder
+    from bench import mechanism_guard
     from bench.interfaces import RunContext
     from bench.registry import mechanisms
     from bench.runner import check_seed, resolve_device
@@ -169,8 +171,11 @@ def show_mechanism(
         raise BenchError(f"--scale must be an integer in [1, 16], got {scale}")
     check_seed(seed)
     device = resolve_device(str(device))
+    check_writable_file("--out", Path(out))
     out = check_sheet_path(out)
     cache_dir = Path(cache_dir)
+    if images is None:  # the dataset is generated into (or read from) the cache
+        check_writable_folder("--cache-dir", cache_dir)
     if images is None:
         images, loaded_public = _load_images(dataset, cache_dir, data_root, n)
         public = public if public is not None else loaded_public
@@ -187,7 +192,7 @@ def show_mechanism(
     streams = Streams.for_images(seed, f"sheet/{name}", len(batch), device=device)
     rows = [("clean", images.images)]
     for setting, mech in zip(rows_params, configured):
-        mech.fit(public, ctx)
-        released = mech.apply(batch, generator=streams, boxes=boxes if cls.uses_boxes else None)
+        mechanism_guard.fit(mech, public, ctx)
+        released = mechanism_guard.apply(mech, batch, generator=streams, boxes=boxes if cls.uses_boxes else None)
         rows.append((_label(name, setting, mech), released.cpu()))
     return sample_sheet(rows, out, scale=scale, palette=palette)

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.cli.common import add_location_args
+from bench.cli.common import add_location_args, path_arg
 from bench.errors import BenchError
-from bench.folders import check_writable_folder
+from bench.folders import check_writable_file, check_writable_folder
 
 FORMATS = ("markdown", "latex", "csv")
 
@@ -33,8 +33,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--columns", default="", metavar="NAME,...",
                    help="further columns, each mean ± 95%% CI over seeds: utility.METRIC, attack.ATTACK.METRIC or "
                         "privacy.ATTACK (e.g. utility.map_regular,attack.attribute_inference.acc_gender)")
-    p.add_argument("--out", type=Path, default=None, help="write to this file (default: standard output)")
-    p.add_argument("--plot", type=Path, default=None, metavar="DIR",
+    p.add_argument("--out", type=path_arg, default=None, help="write to this file (default: standard output)")
+    p.add_argument("--plot", type=path_arg, default=None, metavar="DIR",
                    help="also write each board's frontier plot into DIR (SVG plus a JSON sidecar of its data, named "
                         "as on the site); boards are built as by 'bench leaderboard build'")
     p.add_argument("--suite", action="append", default=None, metavar="NAME|FILE",
@@ -58,6 +58,8 @@ def report(args: argparse.Namespace) -> int:
 
     for option in ("out", "cells"):
         path = getattr(args, option)
+        if path is not None:
+            check_writable_file(f"--{option}", path)
         if path is not None and path.is_dir():
             raise BenchError(f"--{option} {path} is a folder; name a file")
     if args.cells is not None and args.cells.suffix.lower() not in (".json", ".csv", ".parquet"):

@@ -20,6 +20,7 @@ from bench.cli.grid_cmd import (
     run_grid,
     split_names,
 )
+from bench.cli.common import path_arg
 from bench.errors import BenchError
 
 
@@ -40,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(suite="standard")
     p.add_argument("--name", default=None, help="entry name (default: the mechanism's name)")
     p.add_argument("--description", default="", help="one line about the entry")
-    p.add_argument("--entries", type=Path, default=None,
+    p.add_argument("--entries", type=path_arg, default=None,
                    help="where to write the entry (default leaderboard/entries or $BENCH_ENTRIES)")
     add_executor_args(p)
     p.set_defaults(func=submit)
@@ -60,11 +61,11 @@ def submit(args: argparse.Namespace) -> int:
     mechanism_cls = mechanisms.get(name)
     suite = adjust_suite(submission_suite(args.suite, name, split_names(args.task)), args)
     where = placement(args)
-    cells = expand(suite, where)
-    check_protocol(suite, cells)
     folder = entries_dir(args)
     check_entry_target(folder, args.name or name)
-    checks = conformance(name)
+    checks = conformance(name)  # the whole suite, before planning cells runs its cheap part for plugins
+    cells = expand(suite, where)
+    check_protocol(suite, cells)
     audit = submission_audit(name, cells)
     print(f"[bench] submit {name}: conformance passed ({len(checks)} checks); {len(cells)} cells of suite "
           f"{suite.name!r}", file=sys.stderr, flush=True)
@@ -116,23 +117,35 @@ def check_protocol(suite, cells) -> None:
                              f"on {benchmark}; shorten the --param lists (docs/protocol.md)")
 
 
-SUBMIT_AUDIT_TRIALS = 2000
+SUBMIT_AUDIT_MAX_TRIALS = 200_000
+"""The submission audit's budget: most counted trials per input of one configuration's audit.
+Below it, each audit runs the trials its claim needs to pass (:func:`bench.audit.plan.trials_needed`,
+about 17,000 at epsilon 1, 10,000 at 2, 67,000 at 6); a claim that needs more (epsilon above
+about 7 at 99%) is audited at the budget and recorded ``inconclusive`` unless refuted. On the
+8x8 audit images a DP-Pix audit at the budget takes about a minute on a shared 2-core CPU."""
 SUBMIT_AUDIT_CONFIDENCE = 0.99
-"""The conformance suite's audit budget: it separates dp_pix from dp_pix without C on every seed tried."""
+"""Joint confidence of the submission audit's bounds."""
+SUBMIT_AUDIT_IMAGE_SIZE = 8
+"""Side of the submission audit's square images (its ragged ones are 11 x 9), as the conformance suite's."""
 
 
 def submission_audit(name: str, cells) -> dict[str, Any] | None:
     """Audits every declared configuration that makes a formal claim; returns what the entry records.
 
     Each configuration's claim is checked by :func:`bench.audit.run_audit` (neighbouring
-    inputs per the claim's unit, a Clopper-Pearson lower bound on epsilon at 99%).
+    inputs per the claim's unit, every value of the release read, a Clopper-Pearson lower
+    bound on epsilon at 99%) with the trials its claim needs, at most
+    ``SUBMIT_AUDIT_MAX_TRIALS``. Each report records its ``verdict``: ``passed``,
+    ``inconclusive`` (the budget could not refute a 1.25 x over-claim: recorded, and the
+    submission goes on) or ``failed`` (the submission stops).
 
     Args:
         name: The mechanism.
         cells: The entry's validated cells (their configurations carry the claims).
 
     Returns:
-        Parameter label -> the audit report as a dict; None when no configuration makes a claim.
+        Parameter label -> the audit report as a dict (``verdict``, and ``passed`` =
+        verdict is ``passed``); None when no configuration makes a claim.
 
     Raises:
         BenchError: A lower bound exceeds its claim (nothing is run or written).
@@ -146,9 +159,13 @@ def submission_audit(name: str, cells) -> dict[str, Any] | None:
         label = ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults"
         if label in reports or mechanisms.get(name)(**params).claim() is None:
             continue
-        report = run_audit(name, params, SUBMIT_AUDIT_TRIALS, confidence=SUBMIT_AUDIT_CONFIDENCE)
-        if not report.passed:
+        report = run_audit(name, params, None, confidence=SUBMIT_AUDIT_CONFIDENCE,
+                           image_size=SUBMIT_AUDIT_IMAGE_SIZE, max_trials=SUBMIT_AUDIT_MAX_TRIALS)
+        if report.verdict == "failed":
             raise BenchError(f"submit {name}: the audit refutes the claim at {label}: {report.summary()}")
+        if report.verdict == "inconclusive":
+            print(f"[bench] submit {name}: audit at {label} recorded inconclusive: {report.reach_note()}",
+                  file=sys.stderr, flush=True)
         reports[label] = report.to_dict()
     return reports or None
 
@@ -185,11 +202,20 @@ class EntryParts:
 
 
 def build_entry(args, parts: EntryParts, summary, where) -> dict[str, Any]:
-    """Returns the entry: provenance, the declaration, and every cell's result and MLflow run id."""
+    """Returns the entry: provenance, the declaration, and every cell's result, MLflow run id and result digest.
+
+    Each cell's ``result_sha256`` is the SHA-256 of its result.json (the digest its run
+    logged), so the board verifies what the entry states without the MLflow store
+    (:mod:`leaderboard.verification`); with its ``overrides``, the suite's ``attacks`` and
+    the result's own fields (task, params, seed, profile, split, precision, data
+    fingerprints) it is what ``bench leaderboard verify`` recomputes a cell from.
+    """
     from bench.provenance import git_sha, versions
     from bench.tracking import Tracker
     from leaderboard.declare import declaration_block
+    from bench.tracking.verify import result_digest
     from leaderboard.store import ENTRY_SCHEMA
+    from leaderboard.verification import DIGEST_FIELD
 
     suite = parts.suite
     overrides = {k: dict(v) for k, v in suite.overrides.items()}
@@ -197,7 +223,9 @@ def build_entry(args, parts: EntryParts, summary, where) -> dict[str, Any]:
     cells = []
     for outcome in summary.outcomes:
         result = outcome.result or tracker.load_result(outcome.run_id)
-        cells.append({**result.to_dict(), "run_id": outcome.run_id, "overrides": overrides})
+        # The digest its run logged: the board checks what the entry states against it without the store.
+        cells.append({**result.to_dict(), "run_id": outcome.run_id, "overrides": overrides,
+                      DIGEST_FIELD: result_digest(result.to_json().encode())})
     fingerprints = {c["dataset"]: c["dataset_fingerprint"] for c in cells}
     return {
         "schema": ENTRY_SCHEMA,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.cli.common import add_cell_options, run_config
+from bench.cli.common import add_cell_options, run_config, text_arg
+from bench.errors import BenchError
 
 if TYPE_CHECKING:
     import optuna
@@ -29,9 +31,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_cell_options(p)
     p.add_argument("--trials", type=int, default=60, help="total trials of the study over all workers (default 60)")
-    p.add_argument("--storage", default=None,
+    p.add_argument("--storage", type=text_arg, default=None,
                    help="sqlite:///F.db, postgresql://..., or journal:PATH (default: journal file in RESULTS_DIR)")
-    p.add_argument("--study", default=None, help="study name (default: derived from task, mechanism, profile, seed)")
+    p.add_argument("--study", type=text_arg, default=None, help="study name (default: derived from task, mechanism, profile, seed)")
     p.add_argument("--population", type=int, default=None, help="NSGA-II population (default trials/4 within [4, 50])")
     p.add_argument("--sampler-seed", type=int, default=None, help="seed of the sampler (give each worker its own)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads of this worker")
@@ -45,6 +47,7 @@ def tune(args: argparse.Namespace) -> int:
     from bench.tune_storage import still_running, storage_text
     from bench.tune import tune as run_study
 
+    check_tune_options(args)
     base = run_config(args, absolute=True)
     config = TuneConfig(base=base, trials=args.trials, storage=args.storage, study_name=args.study,
                         population=args.population, sampler_seed=args.sampler_seed,
@@ -52,7 +55,7 @@ def tune(args: argparse.Namespace) -> int:
     if args.threads is not None:
         import torch
 
-        torch.set_num_threads(max(1, args.threads))
+        torch.set_num_threads(args.threads)
     study = run_study(config, (lambda number, outcome: None) if args.quiet else print_trial)
     print(f"study {config.name!r} in {storage_text(args.storage, base.results_dir)} (another worker joins it with "
           f"--storage and --study)")
@@ -65,6 +68,27 @@ def tune(args: argparse.Namespace) -> int:
     selected = run_selected_on_test(config, study, (lambda outcome: None) if args.quiet else _print_test_cell)
     print(format_selected(selected, args.seed))
     return 1 if any(item.test.status == "failed" for item in selected) else 0
+
+
+def check_tune_options(args: argparse.Namespace) -> None:
+    """Checks tune's own options before anything is planned or written.
+
+    Raises:
+        BenchError: --threads outside 1..the CPUs this process may use, a --population
+            larger than --trials (NSGA-II would never breed a generation), or a journal
+            file (--storage journal:PATH) that cannot be written.
+    """
+    from bench.cpus import usable_cpus
+    from bench.folders import check_writable_file
+
+    cpus = usable_cpus()
+    if args.threads is not None and not 1 <= args.threads <= cpus:
+        raise BenchError(f"--threads must be in 1..{cpus} (the CPUs this process may use), got {args.threads}")
+    if args.population is not None and args.trials >= 1 and args.population > args.trials:
+        raise BenchError(f"--population {args.population} is larger than --trials {args.trials}: NSGA-II would never "
+                         "breed a generation (a random search); give at most --trials")
+    if args.storage is not None and args.storage.startswith("journal:"):
+        check_writable_file("--storage", Path(args.storage[len("journal:"):]))
 
 
 def _short(value: Any) -> str:

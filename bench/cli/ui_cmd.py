@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from bench.cli.common import add_location_args, cannot_listen, check_port
+from bench.cli.common import add_location_args, cannot_listen, check_locations, check_port
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench ui``."""
@@ -52,6 +52,7 @@ def ui(args: argparse.Namespace) -> int:
     from bench.tracking.relocate import relocate
 
     check_port(args.port)
+    check_locations(args, writing=False)
     tracker = Tracker(args.results_dir, args.tracking_uri, create=False)
     check_free(args.port)
     if tracker.uri == f"sqlite:///{(args.results_dir.resolve() / 'mlflow.db')}":

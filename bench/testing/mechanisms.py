@@ -54,6 +54,7 @@ from bench.testing.noise_probes import NoiseProbe, noise_probe_for, register_noi
 
 __all__ = [
     "CHECKS",
+    "PREFLIGHT",
     "ConformanceError",
     "NoiseProbe",
     "check_audit",
@@ -64,6 +65,7 @@ __all__ = [
     "check_determinism",
     "check_initialised_output",
     "check_input_untouched",
+    "check_output_uint8",
     "check_param_validation",
     "check_shape_device",
     "check_uint8",
@@ -72,6 +74,7 @@ __all__ = [
     "register_audit_params",
     "register_noise_probe",
     "run_conformance",
+    "run_preflight",
     "synthetic_boxes",
 ]
 
@@ -95,16 +98,27 @@ def check_claim_wellformed(name: str, params: Mapping[str, Any] | None = None, d
         raise failure(name, "a claim must name its unit (the neighbourhood it protects)")
 
 
+def check_output_uint8(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
+    """Outputs of uint8 batches are uint8 tensors."""
+    cls, _ = build_mechanism(name, params)
+    for dev in check_devices(device):
+        for case in make_cases(cls, dev):
+            _check_uint8_output(name, apply_case(fitted_mechanism(cls, params, case.public, dev), case))
+
+
+def _check_uint8_output(name: str, out: Any) -> None:
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.uint8:
+        got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
+        raise failure(name, f"apply() must return a uint8 tensor, got {got}")
+
+
 def check_uint8(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
     """Outputs are uint8; a float batch is refused with a BenchError, not silently accepted."""
     cls, _ = build_mechanism(name, params)
     for dev in check_devices(device):
         for case in make_cases(cls, dev):
             mech = fitted_mechanism(cls, params, case.public, dev)
-            out = apply_case(mech, case)
-            if not isinstance(out, torch.Tensor) or out.dtype != torch.uint8:
-                got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
-                raise failure(name, f"apply() must return a uint8 tensor, got {got}")
+            _check_uint8_output(name, apply_case(mech, case))
             try:
                 apply_case(mech, case, images=case.images.float())
             except BenchError:
@@ -127,29 +141,43 @@ def check_shape_device(name: str, params: Mapping[str, Any] | None = None, devic
 
 
 def check_input_untouched(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
-    """Neither the images nor the boxes are modified, and the output is new memory of its own.
+    """Neither the images, the boxes nor the streams' seeds are modified, and the output is new memory of its own.
 
-    The output is not the input's memory, and a later call on other images does not write
-    into it: a release keeps earlier batches (on an accelerator, on the device until they
-    are copied out together) while the mechanism runs on the next.
+    The output is not the input's memory, and a later call on other images writes neither
+    into it nor into the earlier call's inputs (a reference kept): a release keeps earlier
+    batches (on an accelerator, on the device until they are copied out together) while
+    the mechanism runs on the next, and the inputs are the caller's.
     """
     cls, _ = build_mechanism(name, params)
     for dev in check_devices(device):
         for case in make_cases(cls, dev):
             images = case.images.clone()
             boxes = None if case.boxes is None else [b.clone() for b in case.boxes]
+            seeds = case.streams.seeds.clone()
             mech = fitted_mechanism(cls, params, case.public, dev)
             out = apply_case(mech, case)
-            if not torch.equal(images, case.images):
-                raise failure(name, "apply() modified its input images")
-            if boxes is not None and not all(torch.equal(a, b) for a, b in zip(boxes, case.boxes)):
-                raise failure(name, "apply() modified the boxes it was given")
+            _check_inputs_kept(name, case, images, boxes, seeds, "apply()")
+            if not isinstance(out, torch.Tensor):
+                raise failure(name, f"apply() must return a tensor, got {type(out).__name__}")
             if out.numel() and out.untyped_storage().data_ptr() == case.images.untyped_storage().data_ptr():
                 raise failure(name, "apply() returned the input's memory; return a new tensor (e.g. images.clone())")
             kept = out.clone()
             apply_case(mech, case, images=255 - images)
             if not torch.equal(out, kept):
                 raise failure(name, "a later apply() wrote into an earlier call's output; return a new tensor every call")
+            _check_inputs_kept(name, case, images, boxes, seeds, "a later apply()")
+
+
+def _check_inputs_kept(name: str, case: Any, images: torch.Tensor, boxes: list[torch.Tensor] | None,
+                       seeds: torch.Tensor, who: str) -> None:
+    """Raises unless a case's images, boxes and stream seeds still equal the copies taken before ``who`` ran."""
+    whose = "its input" if who == "apply()" else "an earlier call's input (a reference kept):"
+    if not torch.equal(images, case.images):
+        raise failure(name, f"{who} modified {whose} images")
+    if boxes is not None and not all(torch.equal(a, b) for a, b in zip(boxes, case.boxes)):
+        raise failure(name, f"{who} modified {whose} boxes")
+    if not torch.equal(seeds, case.streams.seeds):
+        raise failure(name, f"{who} modified {whose} streams' seeds (generator)")
 
 
 def check_determinism(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
@@ -289,6 +317,18 @@ CHECKS: dict[str, Callable[..., None]] = {
 }
 """Check name -> function ``(name, params=None, device=None)`` that raises ConformanceError."""
 
+PREFLIGHT: dict[str, Callable[..., None]] = {
+    "claim_wellformed": check_claim_wellformed,
+    "output_uint8": check_output_uint8,
+    "shape_device": check_shape_device,
+    "input_untouched": check_input_untouched,
+    "determinism": check_determinism,
+    "initialised_output": check_initialised_output,
+    "batch_independence": check_batch_independence,
+}
+"""The cheap checks run before every cell of a plugin mechanism (:func:`bench.mechanism_guard.preflight`):
+about what the mechanism does to a uint8 batch of its own kind, not what it refuses, nor its noise or audit."""
+
 
 def run_conformance(
     name: str,
@@ -319,3 +359,27 @@ def run_conformance(
             failures.append(f"{check}: {name}: crashed with {type(exc).__name__}: {exc} ({where.filename}:{where.lineno})")
     return failures
 
+
+def run_preflight(
+    name: str, params: Mapping[str, Any] | None, device: str | torch.device
+) -> tuple[list[str], str | None]:
+    """Runs the :data:`PREFLIGHT` checks over one registered mechanism on one device.
+
+    Args:
+        name: Registered mechanism name.
+        params: Parameters of the instance under test.
+        device: The device its cells run on.
+
+    Returns:
+        One ``"check: message"`` line per failed check, and the first check the mechanism
+        crashed in (``"check: Type: message"``; such a check cannot judge it), or None.
+    """
+    failures, crashed = [], None
+    for check, run in PREFLIGHT.items():
+        try:
+            run(name, params=params, device=device)
+        except ConformanceError as exc:
+            failures.append(f"{check}: {exc}")
+        except Exception as exc:  # the mechanism raised on the small batch: its cell will say so itself
+            crashed = crashed or f"{check}: {type(exc).__name__}: {exc}"
+    return failures, crashed

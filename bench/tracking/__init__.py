@@ -22,8 +22,18 @@ from typing import Any, Iterator, Mapping, Sequence
 from bench import precision
 from bench.errors import BenchError
 from bench.tracking.metrics import flatten, metric_batches, result_metrics
+from bench.tracking.health import (
+    NoResults,
+    StoreDamaged,
+    StoreLocked,
+    check_database,
+    guard,
+    store_problem,
+    store_timeout,
+    write_marker,
+)
 from bench.tracking.relocate import check_moved
-from bench.tracking.verify import RESULT_DIGEST, check_result, result_digest
+from bench.tracking.verify import RESULT_DIGEST, UnverifiedResult, check_result, result_digest
 from bench.interfaces import RESULT_SCHEMA, Result
 from bench.locks import file_lock
 
@@ -34,12 +44,51 @@ PROBE_TIMEOUT_S = "3"
 
 
 def tracking_uri(results_dir: Path, explicit: str | None = None) -> str:
-    """Returns the tracking URI: ``explicit``, else $MLFLOW_TRACKING_URI, else sqlite in results_dir."""
+    """Returns the tracking URI: ``explicit``, else $MLFLOW_TRACKING_URI, else sqlite in results_dir.
+
+    Raises:
+        BenchError: A given sqlite URI that :func:`check_tracking_uri` refuses, or a results
+            directory whose name is empty or over 255 bytes.
+    """
     if explicit:
-        return explicit
+        return check_tracking_uri(explicit, results_dir, "--tracking-uri")
     if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
+        return check_tracking_uri(os.environ["MLFLOW_TRACKING_URI"], results_dir, "$MLFLOW_TRACKING_URI")
+    from bench.folders import check_path_name
+
+    check_path_name("--results-dir", results_dir)
     return f"sqlite:///{Path(results_dir).resolve() / 'mlflow.db'}"
+
+
+def check_tracking_uri(uri: str, results_dir: Path, flag: str = "--tracking-uri") -> str:
+    """Checks a given sqlite tracking URI before anything is written; returns it unchanged.
+
+    An in-memory database would lose every run at exit (and MLflow would put the
+    artifacts in ./mlruns); a database in a folder that does not exist would have that
+    folder created wherever the URI points, so it must exist (the results directory,
+    which is created, excepted). Other schemes are probed when the store opens.
+
+    Raises:
+        BenchError: An in-memory sqlite URI, a database that is a folder, a name over 255
+            bytes, or a database in a missing folder.
+    """
+    from bench.folders import check_path_name
+
+    if not uri.startswith("sqlite:"):
+        return uri
+    path, _, query = uri[len("sqlite:///"):].partition("?") if uri.startswith("sqlite:///") else ("", "", "")
+    if path in ("", ":memory:") or "mode=memory" in query:
+        raise BenchError(f"{flag} {uri} keeps the tracking store in memory: every run would be lost at exit; "
+                         "give sqlite:///PATH/mlflow.db or leave it out (sqlite in --results-dir)")
+    check_path_name(flag, path)
+    database = Path(path)
+    if database.is_dir():
+        raise BenchError(f"{flag} {uri}: {database} is a folder; name the database file in it")
+    folder = database.resolve().parent
+    if not folder.is_dir() and folder != Path(results_dir).resolve():
+        raise BenchError(f"{flag} {uri}: no folder {folder} for the database (create it first; only --results-dir "
+                         "is created for you)")
+    return uri
 
 
 EXPERIMENT_KIND = "mlflow.experimentKind"
@@ -92,6 +141,8 @@ class Tracker:
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
+        # It logs a locked or damaged database with a traceback; health.guard says it in one line.
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
         self.results_dir = Path(results_dir)
         self.uri = tracking_uri(self.results_dir, uri)
@@ -103,25 +154,31 @@ class Tracker:
             raise BenchError(f"results directory {self.results_dir} is a file, not a directory")
         database = Path(self.uri[len("sqlite:///"):])
         if not create and not database.exists():
-            raise BenchError(f"no results database at {database} (run 'bench run' first or pass --results-dir)")
+            raise NoResults(f"no results database at {database} (run 'bench run' first or pass --results-dir)")
         if database.exists() and not database.is_file():
             raise BenchError(f"tracking database {database} is not a file")
         if create and database.exists() and not os.access(database, os.W_OK):
             raise BenchError(f"tracking database {database} is read-only: new runs cannot be logged to it")
+        empty = database.exists() and check_database(database, self.results_dir)
+        if empty and not create:
+            raise NoResults(f"no results database at {database} (the file is empty; run 'bench run' first)")
         try:
             database.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise BenchError(f"cannot create the results directory {database.parent}: {exc.strerror or exc}") from None
-        if database.exists():  # open and probe it without writing anything
+        if database.exists() and not empty:  # open and probe it without writing anything
             self.client = self._open(probe=False)
             if database.resolve() == (self.results_dir / "mlflow.db").resolve():
                 check_moved(self.results_dir, writing=create)
+            if create:
+                write_marker(database)
             return
         # Processes starting together on one results directory would otherwise race to
         # create MLflow's sqlite schema and the experiment.
         with file_lock(database.parent / ".bench-init.lock"):
             self.client = self._open(probe=False)
             _ = self.experiment_id
+            write_marker(database)
 
     def _open(self, probe: bool) -> Any:
         """Opens the client and touches the store once; any failure is one BenchError line."""
@@ -130,12 +187,16 @@ class Tracker:
         overrides = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": PROBE_TIMEOUT_S} if probe else {}
         with _environment(overrides):
             try:
-                client = MlflowClient(tracking_uri=self.uri)
+                client = guard(MlflowClient(tracking_uri=self.uri), self.uri)
                 found = client.get_experiment_by_name(EXPERIMENT)
                 self._experiment_id = found.experiment_id if found is not None else None
             except BenchError:
                 raise
             except Exception as exc:  # MLflow, SQLAlchemy, requests and OS errors all land here
+                if store_problem(exc) == "damaged":
+                    raise StoreDamaged(self.uri, _first_line(exc)) from None
+                if store_problem(exc) == "locked":
+                    raise StoreLocked(self.uri, store_timeout()) from None
                 raise BenchError(f"cannot open the tracking store {self.uri}: {_first_line(exc)}") from None
         return client
 
@@ -237,10 +298,14 @@ class Tracker:
 
     def fail_cell(self, run_id: str, error: str, trace: str = "", status: str = "FAILED") -> None:
         """Marks a cell's run FAILED (or KILLED) with its one-line error and traceback."""
-        with contextlib.suppress(Exception):
+        try:
             self.client.set_tag(run_id, f"{TAG}error", error[:4000])
             if trace:
                 self.client.log_text(run_id, trace, "error.txt")
+        except (StoreLocked, StoreDamaged):
+            raise  # the run cannot be marked either: say why once
+        except Exception:
+            pass
         self.client.set_terminated(run_id, status)
 
     def log_cell(self, result: Result, configs: Mapping[str, Any], artifacts: Mapping[str, bytes]) -> str:
@@ -349,6 +414,9 @@ class Tracker:
             try:
                 path = self.client.download_artifacts(run_id, "result.json", tmp)
             except (MlflowException, OSError):
+                if RESULT_DIGEST in run.data.tags:  # it logged one: its artifacts were deleted since
+                    raise UnverifiedResult(f"run {run_id}'s result.json is missing (its artifacts were deleted "
+                                           "after the run ended)") from None
                 raise BenchError(f"run {run_id!r} has no result.json: not a PrivBench cell") from None
             data = Path(path).read_bytes()
             check_result(run, data)

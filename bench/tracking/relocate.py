@@ -32,7 +32,9 @@ def _connect(results_dir: Path) -> sqlite3.Connection:
     database = Path(results_dir) / "mlflow.db"
     if not database.is_file():
         raise BenchError(f"{results_dir} has no MLflow store (mlflow.db); nothing to relocate")
-    return sqlite3.connect(database, timeout=30)
+    from bench.tracking.health import store_timeout
+
+    return sqlite3.connect(database, timeout=store_timeout())
 
 
 def moved_from(results_dir: Path) -> str | None:
@@ -89,7 +91,22 @@ def relocate(results_dir: Path) -> tuple[str | None, int]:
     Raises:
         BenchError: No store, or the new ``artifacts`` folder is missing (the copy is
             incomplete: the runs' files would not be found).
+        StoreDamaged: The database is damaged, or empty where runs were expected.
+        StoreLocked: Another connection keeps it locked.
     """
+    from bench.tracking.health import StoreDamaged, check_database, store_timeout, translated
+
+    database = Path(results_dir) / "mlflow.db"
+    if database.is_file() and check_database(database, Path(results_dir)):
+        raise BenchError(f"{database} is empty: there is nothing to relocate")
+    try:
+        return _relocate(results_dir)
+    except sqlite3.Error as exc:
+        error = translated(exc, str(database), store_timeout())
+        raise (error if isinstance(error, BenchError) else StoreDamaged(str(database), str(exc))) from None
+
+
+def _relocate(results_dir: Path) -> tuple[str | None, int]:
     old = moved_from(results_dir)
     if old is None:
         return None, 0
