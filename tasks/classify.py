@@ -17,10 +17,11 @@ trained on original images on the original test split (cached: one per data, arc
 schedule and seed, shared by every mechanism and protocol), and reports the drop against
 it: top-1 / top-5 (primary: top-5, as the paper; each drop with a paired bootstrap 95%
 interval over the test images, ``*_drop_ci95``: the half-width), mean per-class AP, and the paper's
-analysis (Sec. 4, Fig. 3): each class's top-1 and top-5 drops against the fraction of its
+analysis (Sec. 4, Fig. 4): each class's top-1 and top-5 drops against the fraction of its
 object boxes covered by faces (``face_drop_r``, ``face_drop5_r``: Pearson's r, with
-p-values; the paper correlates with the blurred fraction of the image: r = 0.28 top-1,
-0.44 top-5). The identity release shares the original model,
+p-values; the paper's Fig. 4 finds r = 0.32 top-1, 0.46 top-5 for blurring; its Fig. 3,
+r = 0.28 / 0.44, uses the blurred fraction of the whole image instead). The identity
+release shares the original model,
 so its drops are exactly 0.
 
 Local weights trained on images with visible faces have learned what the ``obf_*``

@@ -26,14 +26,15 @@ class AuditConfig:
     """How an audit runs.
 
     Attributes:
-        trials: Counted trials per neighbouring input (>= 100). As many again, drawn from
-            other streams, choose the test and are never counted.
+        trials: Counted trials per neighbouring input (>= 100). A scan of every candidate
+            pair and up to 5,000 more trials per input, drawn from other streams, choose the
+            pair and the test and are never counted.
         confidence: Joint confidence of the epsilon lower bound, in (0, 1).
         seed: Base seed of the trials' streams (and of the public images a mechanism is
             fitted on).
         device: ``cpu``, ``cuda`` or ``cuda:N`` (resolved; not ``auto``).
-        image_size: Side of the square audit images, for units whose epsilon does not
-            depend on the image size.
+        image_size: Side S of the square audit images, for units whose epsilon does not
+            depend on the image size (the image auditors also use a ragged (S+3) x (S+1)).
         channels: Channels of the audit images (3: the channel factor of a pixel matters).
         chunk_values: Largest number of image values released in one call.
     """

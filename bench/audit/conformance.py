@@ -1,18 +1,22 @@
-"""The small audit the conformance suite runs on every claimed mechanism.
+"""The audit the conformance suite runs on every claimed mechanism.
 
-The suite audits each claimed mechanism at ``CONFORMANCE_TRIALS`` counted trials per
-input and ``CONFORMANCE_CONFIDENCE``. At small N an audit can only show a small epsilon
-(:func:`bench.audit.maths.max_demonstrable_epsilon`: 5.9 at 2000 trials and 0.99), so a
-mechanism is audited at parameters where its claim is within reach: the parameters
-registered here with :func:`register_audit_params` (a subclass inherits its parent's),
-else its ``conformance_params``, else its defaults.
+The suite audits each claimed mechanism at ``CONFORMANCE_CONFIDENCE`` (0.99) with the
+counted trials its claim needs (:func:`bench.audit.plan.trials_needed`: enough to refute
+a 1.25 x over-claim), at most ``CONFORMANCE_MAX_TRIALS`` per input, on audit images of
+``CONFORMANCE_IMAGE_SIZE`` (and the ragged ``(S+3) x (S+1)``): every pixel is a candidate
+and every value of the release is read. Large claims need more trials than that budget
+(50,000 trials per input reach claims up to about 5.5), so a mechanism is audited at
+parameters where its claim is within reach: those registered with
+:func:`register_audit_params` (a subclass inherits its parent's), else its
+``conformance_params``, else its defaults. An audit beyond the budget is
+``inconclusive``; the conformance check fails only on ``failed``.
 
-Why 2000 trials at 0.99: DP-Pix at epsilon=1, b=4 without the channel factor C is
-3-DP, not 1-DP. Over seeds 0-299, 2000 trials at 0.99 gave that broken variant bounds
-from 1.78 to about 3 (never below its claim of 1), and the correct DP-Pix bounds of at
-most 0.88; 1000 trials still caught it (lowest 1.25) and 500 trials at 0.95 came within
-0.03 of missing it. 0.99 rather than 0.95 keeps the chance that a correct plugin fails
-below 1%. A DP-Pix audit at 2000 trials takes about 0.1 s on one CPU core.
+At claim 1 the plan gives 17,155 trials per input (10,020 at claim 2). DP-Pix at
+epsilon=1, b=4 audited there (seed 0, 8x8 images, 2-9 s on a shared 2-core CPU) bounds at
+0.83 (passed); with 0.8 x its noise at 1.02 (1.02 to 1.12 over seeds 0-5: the over-claim
+the plan is sized for, caught by a small margin), without the channel factor C at 2.62,
+and leaking an input pixel elsewhere or leaving a row of cells un-noised at 8.08, the
+most 17,155 trials can show (all failed).
 """
 
 from __future__ import annotations
@@ -23,14 +27,17 @@ import torch
 
 from bench.audit.config import AuditConfig
 from bench.audit.report import AuditReport
-from bench.audit.run import audit_mechanism
+from bench.audit.run import audit_mechanism, gate_trials
 from bench.interfaces import Mechanism
-
-CONFORMANCE_TRIALS = 2000
-"""Counted trials per input of the conformance audit."""
 
 CONFORMANCE_CONFIDENCE = 0.99
 """Joint confidence of the conformance audit's bound."""
+
+CONFORMANCE_MAX_TRIALS = 50_000
+"""The conformance audit's budget: most counted trials per input."""
+
+CONFORMANCE_IMAGE_SIZE = 8
+"""Side of the conformance audit's square images (its ragged ones are 11 x 9)."""
 
 _AUDIT_PARAMS: dict[str, dict[str, Any]] = {
     "dp_pix": {"epsilon": 1.0, "block": 4, "m": 1},
@@ -43,7 +50,7 @@ def register_audit_params(name: str, params: Mapping[str, Any]) -> None:
     """Declares the parameters the conformance audit runs mechanism ``name`` (and subclasses) at.
 
     Choose a configuration whose claimed epsilon is small (about 1-3): the audit's
-    trials cannot show much more, and a claim beyond them cannot fail.
+    budget cannot refute much more, and a claim beyond it is only ``inconclusive``.
     """
     _AUDIT_PARAMS[name] = dict(params)
 
@@ -73,5 +80,8 @@ def conformance_audit(
         params = audit_params_for(cls)
     if params is None:
         params = getattr(cls, "conformance_params", None) or {}
-    config = AuditConfig(trials=CONFORMANCE_TRIALS, confidence=CONFORMANCE_CONFIDENCE, seed=seed, device=str(device))
-    return audit_mechanism(cls(**dict(params)), config)
+    mechanism = cls(**dict(params))
+    trials = gate_trials(mechanism, CONFORMANCE_CONFIDENCE, CONFORMANCE_MAX_TRIALS)
+    config = AuditConfig(trials=trials, confidence=CONFORMANCE_CONFIDENCE, seed=seed, device=str(device),
+                         image_size=CONFORMANCE_IMAGE_SIZE)
+    return audit_mechanism(mechanism, config)

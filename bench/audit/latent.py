@@ -6,18 +6,28 @@ vectors inside the per-component bounds, so the farthest neighbours are the vect
 all lower and all upper bounds. The auditor fits the mechanism (its generator and clip
 bounds) on random public images, then releases those two vectors through the
 mechanism's ``privatise(latents, generator)``: the image is post-processing of its
-output, so the claim stands or falls there.
+output, so the claim stands or falls there, if ``apply`` really releases only the decoded
+noisy latent. To see a mechanism whose ``apply`` leaks anything else, two more candidate
+pairs release images through ``apply`` and observe every value of the decoded image: an
+all-0 vs an all-255 image, and two random images (any two images are neighbours under the
+claim, since both clipped latents lie within the bounds).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from bench import mechanism_guard
 from bench.audit.config import AuditConfig
-from bench.audit.units import Auditor, register_auditor
+from bench.audit.units import Auditor, register_auditor, whole_image_boxes
 from bench.errors import BenchError
 from bench.interfaces import Mechanism, PrivacyClaim
+from bench.seeding import make_generator
 from bench.streams import Streams
+
+_IMAGE_PAIRS = ("an all-0 vs an all-255 image through apply", "two random images through apply")
 
 
 @register_auditor("latent (clipped)")
@@ -52,6 +62,36 @@ class ClippedLatentAuditor(Auditor):
                 "(tensors [d]) of its latent components"
             )
         self.pair = (lower.to(self.device), upper.to(self.device))
+        shape = self.public_shape()
+        generator = make_generator(self.config.seed, "audit", "pairs", "latent images")
+        one, two = torch.randint(0, 256, (2, *shape), generator=generator, dtype=torch.uint8)
+        self.images = [(torch.zeros(shape, dtype=torch.uint8), torch.full(shape, 255, dtype=torch.uint8)), (one, two)]
+
+    def candidate_count(self) -> int:
+        """Returns 3: the clip-bound latents, and two image pairs released through ``apply``."""
+        return 1 + len(_IMAGE_PAIRS)
+
+    def describe_candidate(self, index: int) -> str:
+        """Returns candidate ``index`` in words."""
+        if index == 0:
+            return self.describe()
+        c, h, w = self.public_shape()
+        return f"{h}x{w}x{c} images: {_IMAGE_PAIRS[index - 1]} (the whole decoded image)"
+
+    def candidate_values(self, index: int) -> int:
+        """Returns d for the latents, C H W for an image pair."""
+        return self.values_per_trial() if index == 0 else math.prod(self.public_shape())
+
+    def observe_candidate(self, index: int, which: int, streams: Streams) -> torch.Tensor:
+        """Returns the privatised latents (candidate 0) or every value of the released image: [n, k]."""
+        if index == 0:
+            return self.observe(which, streams)
+        image = self.images[index - 1][which].to(self.device)
+        batch = image.expand(len(streams), -1, -1, -1).contiguous()
+        _, _, height, width = batch.shape
+        boxes = whole_image_boxes(len(batch), height, width) if self.mechanism.uses_boxes else None
+        released = mechanism_guard.apply(self.mechanism, batch, generator=streams, boxes=boxes)
+        return released.flatten(1).to(torch.float32)
 
     def describe(self) -> str:
         """Returns the pair in words."""

@@ -1,27 +1,64 @@
-"""Running an audit: selection trials choose the test, counted trials give the bound."""
+"""Running an audit: a scan picks the pair, selection trials choose the test, counted trials give the bound.
+
+Three sets of trials, each from streams of its own, so that every choice is fixed before
+the counted trials are drawn and their error counts are honest binomial draws:
+
+1. scan: every candidate pair of the auditor (:meth:`Auditor.candidate_count`) is released
+   ``scan_trials`` times per input; the pair whose release separates the inputs most
+   (:func:`bench.audit.distinguish.scan_separations`) is audited if it separates them
+   ``SCAN_PREFERENCE`` times as well as the canonical pair 0 does (a leak or an un-noised
+   region shows as a separation of 1e9 and more: the fitted noise of an un-noised value is
+   0), else the canonical pair;
+2. selection: ``min(trials, MAX_SELECTION_TRIALS)`` trials of that pair; the first half
+   fits the statistics over the whole release, the second half chooses the statistic and
+   its threshold (judged on trials they were not fitted on);
+3. counted: ``trials`` trials give the Clopper-Pearson bound.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
 from bench import kernels
 
-from bench.audit.config import AuditConfig
-from bench.audit.distinguish import Rule, choose_rule, fit_statistics
+from bench.audit.config import MIN_TRIALS, AuditConfig
+from bench.audit.distinguish import Rule, candidate_statistics, choose_rule, scan_separations
 from bench.audit.maths import clopper_pearson_upper, epsilon_lower_bound, max_demonstrable_epsilon
+from bench.audit.plan import planned_trials, trials_needed
 from bench.audit.report import AuditReport
 from bench.audit.units import Auditor, auditor_for
 from bench.errors import BenchError
 from bench.interfaces import Mechanism, PrivacyClaim
 from bench.streams import Streams
 
-MAX_SELECTION_TRIALS = 20_000
+Progress = Callable[..., Iterable]
+"""Wraps a loop to report it: ``progress(iterable, total=None, desc=None)``."""
+
+
+def _no_progress(iterable: Iterable, total: int | None = None, desc: str | None = None) -> Iterable:
+    return iterable
+
+
+MAX_SELECTION_TRIALS = 5_000
 """Selection trials per input are ``min(trials, this)``: they are held in memory, and more
 than this barely moves the chosen threshold."""
+
+SCAN_BUDGET = 4096
+"""Scan trials per input over all candidates together (each gets ``SCAN_BUDGET // count``)."""
+
+SCAN_MIN, SCAN_MAX = 4, 256
+"""Fewest and most scan trials per candidate and input (a leak or an un-noised region
+separates the inputs infinitely well on any number of trials)."""
+
+SCAN_PREFERENCE = 10.0
+"""The best-separated pair replaces the canonical one when its separation is this many
+times the canonical pair's (so that noise in a short scan does not move the audit off the
+canonical pair of a well-behaved mechanism)."""
 
 
 def check_claim(name: str, claim: PrivacyClaim) -> None:
@@ -56,41 +93,86 @@ def plan_audit(mechanism: Mechanism, config: AuditConfig) -> Auditor | None:
     return auditor_for(claim.unit)(mechanism, claim, config)
 
 
-def _streams(config: AuditConfig, which: int, start: int, count: int) -> Streams:
-    return Streams.for_images(config.seed, f"audit/input{which}", count, start=start, device=config.device)
+def _streams(config: AuditConfig, which: int, start: int, count: int, stage: str = "") -> Streams:
+    return Streams.for_images(config.seed, f"audit/{stage}input{which}", count, start=start, device=config.device)
 
 
-def _chunks(auditor: Auditor, start: int, count: int) -> list[tuple[int, int]]:
-    size = max(1, auditor.config.chunk_values // max(1, auditor.values_per_trial()))
+def _chunks(auditor: Auditor, values: int, start: int, count: int) -> list[tuple[int, int]]:
+    size = max(1, auditor.config.chunk_values // max(1, values))
     return [(s, min(size, start + count - s)) for s in range(start, start + count, size)]
 
 
-def _observe(auditor: Auditor, which: int, start: int, count: int) -> torch.Tensor:
-    parts = [auditor.observe(which, _streams(auditor.config, which, s, n)) for s, n in _chunks(auditor, start, count)]
+def _observe(auditor: Auditor, pair: int, which: int, start: int, count: int) -> torch.Tensor:
+    parts = [auditor.observe_candidate(pair, which, _streams(auditor.config, which, s, n))
+             for s, n in _chunks(auditor, auditor.candidate_values(pair), start, count)]
     return torch.cat(parts)
 
 
-def _count_second(auditor: Auditor, rule: Rule, which: int, start: int, count: int) -> int:
-    """Returns how many of the trials of input ``which`` the rule calls the second input."""
+def _count_second(auditor: Auditor, pair: int, rule: Rule, which: int, start: int, count: int,
+                  progress: Progress = _no_progress) -> int:
+    """Returns how many of the trials of input ``which`` the rule calls the second input.
+
+    ``progress`` wraps the loop over chunks of trials (the counted trials are the audit's long loop).
+    """
     total = 0
-    for s, n in _chunks(auditor, start, count):
-        total += int(rule.says_second(auditor.observe(which, _streams(auditor.config, which, s, n))).sum())
+    chunks = _chunks(auditor, auditor.candidate_values(pair), start, count)
+    for s, n in progress(chunks, total=len(chunks), desc=f"counted trials of input {which} ({count:,})"):
+        observed = auditor.observe_candidate(pair, which, _streams(auditor.config, which, s, n))
+        total += int(rule.says_second(observed).sum())
     return total
 
 
-def audit_mechanism(mechanism: Mechanism, config: AuditConfig) -> AuditReport:
+def scan_trials(count: int) -> int:
+    """Returns the scan trials per candidate and input for ``count`` candidates (0 for one)."""
+    if count <= 1:
+        return 0
+    return max(SCAN_MIN, min(SCAN_MAX, SCAN_BUDGET // count))
+
+
+def _scan(auditor: Auditor, each: int) -> tuple[int, list[float]]:
+    """Releases every candidate ``each`` times per input; returns the pair to audit and every separation."""
+    count = auditor.candidate_count()
+    if each == 0:
+        return 0, [math.nan]
+    per_call = max(1, auditor.config.chunk_values // max(1, auditor.values_per_trial() * each))
+    scores: list[float] = []
+    for begin in range(0, count, per_call):
+        group = list(range(begin, min(count, begin + per_call)))
+        start = begin * each
+        first, second = (auditor.scan(group, which, _streams(auditor.config, which, start, len(group) * each, "scan/"))
+                         for which in (0, 1))
+        by_width: dict[int, list[int]] = {}
+        for slot, observed in enumerate(first):
+            by_width.setdefault(observed.shape[1], []).append(slot)
+        found = [0.0] * len(group)
+        for slots in by_width.values():
+            values = scan_separations(torch.stack([first[s] for s in slots]), torch.stack([second[s] for s in slots]))
+            for slot, value in zip(slots, values.tolist()):
+                found[slot] = value
+        scores += found
+    best = max(range(count), key=lambda i: (scores[i], -i))
+    chosen = best if scores[best] > SCAN_PREFERENCE * scores[0] or (scores[0] == 0 and scores[best] > 0) else 0
+    return chosen, scores
+
+
+def audit_mechanism(mechanism: Mechanism, config: AuditConfig, progress: Progress = _no_progress) -> AuditReport:
     """Audits a configured mechanism's claim.
 
-    Trials ``0 .. s-1`` of each input (its own streams, purpose ``audit/input0`` or
-    ``audit/input1``; ``s = min(n, MAX_SELECTION_TRIALS)``) fit the statistics and choose
-    the threshold; trials ``s .. s+n-1`` are counted.
+    The scan's trials come from purposes ``audit/scan/input0`` and ``audit/scan/input1``
+    (candidate i takes trials ``i*e .. (i+1)*e - 1``); trials ``0 .. s/2-1`` of ``audit/input0``
+    and ``audit/input1`` (``s = min(n, MAX_SELECTION_TRIALS)``) fit the statistics, trials
+    ``s/2 .. s-1`` choose the statistic and threshold; trials ``s .. s+n-1`` are counted.
 
     Args:
         mechanism: The configured mechanism (fitted by the auditor when it needs it).
         config: The audit settings.
+        progress: Wraps the loops over counted trials (``progress(iterable, total=, desc=)``,
+            as :meth:`bench.progress.Emitter.progress`).
 
     Returns:
-        The report; ``passed`` is False when the bound exceeds the claimed epsilon.
+        The report; its verdict is ``failed`` when the bound exceeds the claimed epsilon,
+        ``inconclusive`` when it does not but the trials are fewer than
+        :func:`bench.audit.plan.trials_needed`, else ``passed``.
 
     Raises:
         BenchError: See :func:`plan_audit`.
@@ -103,19 +185,25 @@ def audit_mechanism(mechanism: Mechanism, config: AuditConfig) -> AuditReport:
     selection = min(n, MAX_SELECTION_TRIALS)
     began = time.perf_counter()
     auditor.prepare()
-    work = 2 * (selection + n) * config.channels * config.image_size**2
+    candidates = auditor.candidate_count()
+    each = scan_trials(candidates)
+    work = 2 * (selection + n + each * candidates) * auditor.values_per_trial()
     with torch.no_grad(), kernels.using(kernels.choose(config.device, work)):
-        first, second = (_observe(auditor, which, 0, selection) for which in (0, 1))
-        rule = choose_rule(fit_statistics(first, second), first, second, claim.delta, config.confidence)
+        pair, scores = _scan(auditor, each)
+        first, second = (_observe(auditor, pair, which, 0, selection) for which in (0, 1))
+        half = selection // 2  # statistics fitted on one half are judged on the other: no in-sample optimism
+        statistics_ = candidate_statistics(first[:half], second[:half])
+        rule = choose_rule(statistics_, first[half:], second[half:], claim.delta, config.confidence)
         del first, second
-        false_positives = _count_second(auditor, rule, 0, selection, n)
-        false_negatives = n - _count_second(auditor, rule, 1, selection, n)
-    each = 1.0 - (1.0 - config.confidence) / 2.0
+        false_positives = _count_second(auditor, pair, rule, 0, selection, n, progress)
+        false_negatives = n - _count_second(auditor, pair, rule, 1, selection, n, progress)
+    each_level = 1.0 - (1.0 - config.confidence) / 2.0
+    needed = trials_needed(claim.epsilon, claim.delta, config.confidence)
     return AuditReport(
         mechanism=mechanism.name,
         params=params,
         claim=claim,
-        neighbours=auditor.describe(),
+        neighbours=auditor.describe_candidate(pair),
         trials=n,
         selection_trials=selection,
         confidence=config.confidence,
@@ -124,35 +212,69 @@ def audit_mechanism(mechanism: Mechanism, config: AuditConfig) -> AuditReport:
         test=rule.describe(),
         false_positives=false_positives,
         false_negatives=false_negatives,
-        fpr_upper=float(clopper_pearson_upper(false_positives, n, each)),
-        fnr_upper=float(clopper_pearson_upper(false_negatives, n, each)),
+        fpr_upper=float(clopper_pearson_upper(false_positives, n, each_level)),
+        fnr_upper=float(clopper_pearson_upper(false_negatives, n, each_level)),
         epsilon_lower_bound=float(epsilon_lower_bound(false_positives, false_negatives, n, claim.delta,
                                                       config.confidence)),
         max_demonstrable_epsilon=max_demonstrable_epsilon(n, claim.delta, config.confidence),
         runtime_s=time.perf_counter() - began,
+        candidates=candidates,
+        scan_trials=each,
+        pair_index=pair,
+        pair_separation=None if math.isnan(scores[pair]) else scores[pair],
+        trials_needed=int(needed) if math.isfinite(needed) else None,
     )
+
+
+def gate_trials(mechanism: Mechanism, confidence: float, cap: int) -> int:
+    """Returns the counted trials per input a gate audits a mechanism's claim with.
+
+    :func:`bench.audit.plan.planned_trials`: the trials its claim needs to pass, within
+    ``[MIN_TRIALS, cap]``; ``MIN_TRIALS`` without a claim or with one the audit refuses
+    (:func:`plan_audit` then says why).
+
+    Args:
+        mechanism: The configured mechanism.
+        confidence: Joint confidence of the audit's bound.
+        cap: The budget: most counted trials per input.
+    """
+    claim = mechanism.claim()
+    try:
+        check_claim(mechanism.name, claim)
+    except (BenchError, AttributeError, TypeError):
+        return MIN_TRIALS
+    return planned_trials(claim.epsilon, claim.delta, confidence, cap, floor=MIN_TRIALS)
+
+
+AUTO_MAX_TRIALS = 200_000
+"""The budget of an audit whose trials are planned from its claim (``trials=None``)."""
 
 
 def run_audit(
     mechanism_name: str,
     params: Mapping[str, Any] | None,
-    trials: int,
+    trials: int | None,
     seed: int = 0,
     device: str = "cpu",
     confidence: float = 0.95,
+    image_size: int = AuditConfig.image_size,
+    max_trials: int = AUTO_MAX_TRIALS,
 ) -> AuditReport:
     """Audits a registered mechanism at the given parameters.
 
     Args:
         mechanism_name: Registered mechanism name.
         params: Mechanism parameters (strings or values); defaults for those not given.
-        trials: Counted trials per neighbouring input (>= 100).
+        trials: Counted trials per neighbouring input (>= 100); None plans them from the
+            claim (:func:`gate_trials`, at most ``max_trials``).
         seed: Base seed of the trials.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         confidence: Joint confidence of the epsilon lower bound.
+        image_size: Side of the square audit images.
+        max_trials: The budget when ``trials`` is None.
 
     Returns:
-        The report (``passed`` False when the bound exceeds the claim).
+        The report (verdict ``failed`` when the bound exceeds the claim).
 
     Raises:
         BenchError: An unknown name, bad parameters or settings, or a claim that cannot be
@@ -161,7 +283,9 @@ def run_audit(
     from bench.registry import mechanisms
     from bench.runner import resolve_device
 
-    config = AuditConfig(trials=trials, confidence=confidence, seed=seed, device=str(resolve_device(device)))
-    config.validate()
+    config = AuditConfig(trials=MIN_TRIALS if trials is None else trials, confidence=confidence, seed=seed,
+                         device=str(resolve_device(device)), image_size=image_size).validate()
     mechanism = mechanisms.get(mechanism_name)(**dict(params or {}))
+    if trials is None:
+        config = dataclasses.replace(config, trials=gate_trials(mechanism, confidence, max_trials)).validate()
     return audit_mechanism(mechanism, config)

@@ -1,9 +1,13 @@
 """Neighbouring inputs per claim unit: the auditors, and the registry that picks one.
 
 A claim's unit names its neighbourhood (``"m-pixel (m=1)"``, ``"any image of this
-size"``, ``"latent (clipped)"``). An :class:`Auditor` for a unit holds two inputs that
-are neighbours under it, chosen to be as far apart as the unit allows, and releases them
-through the mechanism. Plugin authors whose claims use a new unit register an auditor::
+size"``, ``"latent (clipped)"``). An :class:`Auditor` for a unit holds pairs of inputs
+that are neighbours under it (its candidates: where they differ, their contents, their
+sizes), releases them through the mechanism and observes the whole release. The audit
+scans every candidate on a few trials and audits the one that separates best
+(:mod:`bench.audit.run`). Plugin authors whose claims use a new unit register an auditor
+(one pair: :meth:`Auditor.observe`; several: also :meth:`Auditor.candidate_count` and
+:meth:`Auditor.observe_candidate`)::
 
     @register_auditor("my unit")
     class MyUnitAuditor(Auditor): ...
@@ -21,6 +25,7 @@ from typing import Callable, ClassVar, Iterator
 
 import torch
 
+from bench import mechanism_guard
 from bench.audit.config import AuditConfig
 from bench.datasets.base import ImageSet
 from bench.errors import BenchError
@@ -78,6 +83,34 @@ class Auditor(abc.ABC):
             The observed coordinates of every trial: float tensor [len(streams), k].
         """
 
+    def candidate_count(self) -> int:
+        """Returns how many neighbouring pairs the auditor offers (1 unless overridden)."""
+        return 1
+
+    def describe_candidate(self, index: int) -> str:
+        """Returns candidate pair ``index`` in words (:meth:`describe` for a single pair)."""
+        return self.describe()
+
+    def candidate_values(self, index: int) -> int:
+        """Returns how many values one trial of candidate ``index`` releases."""
+        return self.values_per_trial()
+
+    def observe_candidate(self, index: int, which: int, streams: Streams) -> torch.Tensor:
+        """Releases input ``which`` of candidate pair ``index`` once per stream (see :meth:`observe`)."""
+        return self.observe(which, streams)
+
+    def scan(self, indices: list[int], which: int, streams: Streams) -> list[torch.Tensor]:
+        """Releases input ``which`` of several candidates, ``len(streams) // len(indices)`` trials each.
+
+        Candidate ``indices[i]`` takes the i-th equal slice of ``streams``. Auditors may
+        override this to release candidates of one shape in one call.
+
+        Returns:
+            One observation tensor [trials, k_i] per candidate.
+        """
+        each = len(streams) // len(indices)
+        return [self.observe_candidate(i, which, streams[j * each:(j + 1) * each]) for j, i in enumerate(indices)]
+
     def public_shape(self) -> tuple[int, int, int]:
         """Returns the shape [C, H, W] of the public images the mechanism is fitted on."""
         size = self.config.image_size
@@ -93,7 +126,7 @@ class Auditor(abc.ABC):
         with tempfile.TemporaryDirectory(prefix="bench-audit-") as cache:
             ctx = RunContext(device=self.device, seed=self.config.seed, profile="smoke", data_root=None,
                              cache_dir=Path(cache))
-            self.mechanism.fit(public, ctx)
+            mechanism_guard.fit(self.mechanism, public, ctx)
 
 
 def whole_image_boxes(n: int, height: int, width: int) -> list[torch.Tensor]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
-from pathlib import Path
 from typing import Any
 
+from bench.cli.common import path_arg
 from bench.errors import BenchError
 
 
@@ -15,20 +16,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench audit``."""
     p = subparsers.add_parser(
         "audit", help="audit a mechanism's formal claim empirically (Clopper-Pearson lower bound on epsilon)",
-        description="Releases two neighbouring inputs (chosen by the claim's unit) N times each, chooses a "
-                    "distinguishing test on min(N, 20000) other trials, and turns its error counts into a lower "
-                    "bound on epsilon. Exit 0 when the bound does not exceed the claim (or there is no claim), 1 "
-                    "when it does, 2 on a usage error.",
+        description="Scans the neighbouring pairs of the claim's unit (every pixel, two image sizes, several "
+                    "contents) on a few trials each, releases the pair that separates best N times per input, "
+                    "chooses a distinguishing test over the whole release on min(N, 5000) other trials, and turns "
+                    "its error counts into a lower bound on epsilon. The verdict is failed when the bound exceeds "
+                    "the claim, inconclusive when it does not but N is below the trials needed to refute a 1.25x "
+                    "over-claim, else passed. Exit 0 when the claim is not refuted (passed or inconclusive, or no "
+                    "claim), 1 when it is (failed), 2 on a usage error.",
     )
     p.add_argument("--mechanism", required=True, help="registered mechanism name (bench list mechanisms)")
     p.add_argument("--param", action="append", metavar="K=V", help="mechanism parameter (repeatable)")
-    p.add_argument("--trials", default="10000", help="counted trials per input, an integer >= 100 (default 10000)")
+    p.add_argument("--trials", default="auto",
+                   help="counted trials per input, an integer >= 100, or auto: the trials the claim needs to pass, "
+                        "at most 200000 (default auto)")
     p.add_argument("--seed", default="0", help="base seed of the trials (default 0)")
     p.add_argument("--confidence", default="0.95", help="confidence of the lower bound (default 0.95)")
     p.add_argument("--image-size", default="16", help="side of the square audit images (default 16)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
-    p.add_argument("--mechanism-file", type=Path, default=None, help="a Python file that registers a mechanism")
+    p.add_argument("--mechanism-file", type=path_arg, default=None, help="a Python file that registers a mechanism")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress (default on a terminal outside CI)")
+    p.add_argument("-v", "--verbose", action="store_true", help="progress lines even when stderr is not a terminal")
     p.set_defaults(func=audit)
 
 
@@ -39,7 +47,8 @@ def _integer(option: str, text: str, low: int, high: int | None = None) -> int:
         value = math.nan
     if not (math.isfinite(value) and value == int(value) and low <= value <= (math.inf if high is None else high)):
         bounds = f">= {low}" if high is None else f"in [{low}, {high:,}]"
-        raise BenchError(f"{option} must be an integer {bounds}, got {text!r}")
+        alternative = " or auto" if option == "--trials" else ""
+        raise BenchError(f"{option} must be an integer {bounds}{alternative}, got {text!r}")
     return int(value)
 
 
@@ -54,15 +63,19 @@ def _confidence(text: str) -> float:
 
 
 def audit(args: argparse.Namespace) -> int:
-    """Validates everything, audits the claim, prints the report; 1 when the claim is exceeded."""
+    """Validates everything, audits the claim, prints the report and its verdict; 1 when the claim is refuted."""
     from bench.audit import AuditConfig, audit_mechanism
     from bench.audit.config import MAX_IMAGE_SIZE, MAX_TRIALS, MIN_IMAGE_SIZE, MIN_TRIALS
+    from bench.audit.run import AUTO_MAX_TRIALS, gate_trials
+    from bench.cli.common import interactive
+    from bench.progress import Display
     from bench.params import parse_assignments
     from bench.registry import load_file, mechanisms
     from bench.runner import resolve_device
 
+    auto = args.trials.strip().lower() == "auto"
     config = AuditConfig(
-        trials=_integer("--trials", args.trials, MIN_TRIALS, MAX_TRIALS),
+        trials=MIN_TRIALS if auto else _integer("--trials", args.trials, MIN_TRIALS, MAX_TRIALS),
         confidence=_confidence(args.confidence),
         seed=_integer("--seed", args.seed, 0),
         device=str(resolve_device(args.device)),
@@ -71,9 +84,14 @@ def audit(args: argparse.Namespace) -> int:
     if args.mechanism_file is not None:
         load_file(args.mechanism_file)
     mechanism = mechanisms.get(args.mechanism)(**parse_assignments(args.param))
-    report = audit_mechanism(mechanism, config)
+    if auto:
+        config = dataclasses.replace(config, trials=gate_trials(mechanism, config.confidence, AUTO_MAX_TRIALS))
+    with Display(interactive=interactive() and not args.quiet, lines=args.verbose and not args.quiet) as display:
+        emitter = display.emitter()
+        emitter.start(f"audit {args.mechanism}")
+        report = audit_mechanism(mechanism, config, emitter.progress)
     print(json.dumps(report.to_dict(), indent=2, default=_jsonable) if args.json else report.format())
-    return 0 if report.passed else 1
+    return 1 if report.verdict == "failed" else 0
 
 
 def _jsonable(value: Any) -> Any:
