@@ -153,6 +153,11 @@ class FaceReidPretrainedRestored(FaceReidPretrained):
     config_class: ClassVar[type] = RestoredConfig
     version: ClassVar[tuple[int, ...]] = (PIPELINE_VERSION, *Denoise.version)  # type: ignore[assignment]
 
+    def check_data(self, shape: DataShape | None, eval_split: str = "test") -> None:
+        """Checks the recognizers, the enrolment and, before any work, the DnCNN's settings (``denoise.*``)."""
+        super().check_data(shape, eval_split)
+        Denoise(self.profile, self.config.denoise)
+
     def probes(self, reference: Embedded, targets: Targets, clean: Splits, released: Release,
                ctx: RunContext) -> Embedded:
         """Returns embeddings of the released probes after the DnCNN restored them."""

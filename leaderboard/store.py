@@ -138,12 +138,23 @@ def runs_frame(tracker: "Tracker", skipped: Skipped | None = None) -> pd.DataFra
                      "overrides": _overrides(_artifact(tracker, run, "config.json"))})
     if old:
         skipped.old_schema["the MLflow runs"] = old
-    if lost and len(lost) == current:
+    if lost and len(lost) == current and not _moved(tracker):
         raise StoreDamaged(tracker.uri, f"the result.json of every one of its {current} FINISHED run(s) is missing "
                                         f"({_artifact_folder(lost[0])}); restore its artifacts folder, or compute the "
                                         "cells again")
     skipped.missing += len(lost)
     return pd.DataFrame(rows)
+
+
+def _moved(tracker: Any) -> bool:
+    """Whether the store was copied or moved and still reads its artifacts elsewhere (relocate's case, not damage)."""
+    from bench.tracking.relocate import moved_from
+
+    try:
+        old = moved_from(tracker.results_dir)
+    except Exception:  # a store of another schema: not a copied folder of ours
+        return False
+    return old is not None
 
 
 def _artifact_folder(run: Any) -> str:

@@ -162,7 +162,7 @@ def check_locations(args: argparse.Namespace, writing: bool = True) -> None:
 
 def cache_dir(args: argparse.Namespace) -> Path:
     """Returns the cache directory from --cache-dir, $BENCH_CACHE or the results dir."""
-    if args.cache_dir is not None:
+    if getattr(args, "cache_dir", None) is not None:  # bench.api builds namespaces without it
         return args.cache_dir
     if os.environ.get("BENCH_CACHE"):
         return Path(os.environ["BENCH_CACHE"])

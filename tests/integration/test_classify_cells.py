@@ -118,7 +118,8 @@ def test_imagenet_cell_streams_the_fixture_from_disk(tmp_path, monkeypatch):
                   "--data-root", str(fixture.root))
     assert result["dataset"] == "imagenet" and 0.0 <= result["utility"]["top5"] <= 1.0
     assert list(result["attacks"]) == ["face_detect"]  # no identities: the face-crop adversaries are skipped
-    assert set(result["skipped_attacks"]) == {"face_reid", "face_reid_adapted", "denoise"}
+    pretrained = {"face_reid_pretrained", "face_reid_pretrained_adapted", "face_reid_pretrained_restored"}
+    assert set(result["skipped_attacks"]) == {"face_reid", "face_reid_adapted", "denoise", *pretrained}
     assert "task.data.face_identities" in result["skipped_attacks"]["face_reid"]
     assert "skipped face_reid, face_reid_adapted, denoise" in result["_err"]
     assert "attack.face_reid" in result["_printed"] and "skipped" in result["_printed"]
