@@ -55,7 +55,12 @@ def lock_is_free(path: Path) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists on this host."""
+    """Whether a process with this id runs on this host (a zombie, ended but not yet reaped, does not).
+
+    A worker killed with its parent is re-parented; when its new parent is a subreaper that
+    does not reap it (a test runner once Ray has run in it), it stays a zombie that
+    ``kill(pid, 0)`` still finds.
+    """
     import os
 
     try:
@@ -64,7 +69,11 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: the signal probe is all there is
+    return stat[stat.rindex(")") + 2 :][:1] not in ("Z", "X")
 
 
 def store_lock_folder(uri: str) -> Path:
