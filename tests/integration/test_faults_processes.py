@@ -117,12 +117,11 @@ def grid_in_the_middle(tmp_path: Path, cache: Path):
 
 
 @pytest.mark.skipif(not LINUX, reason="reads /proc")
-def test_kill_9_of_a_grid_parent_leaves_no_process_alive_10_s_later(tmp_path):
+def test_kill_9_of_a_grid_parent_leaves_no_process_alive_10_s_later(tmp_path, shared_cache):
     from bench.cellrun import sweep_orphans
     from bench.tracking import Tracker
 
-    # a cache of its own: with the session's warm one a smoke cell can end before the kill lands
-    with grid_in_the_middle(tmp_path, tmp_path / "cache") as (proc, family):
+    with grid_in_the_middle(tmp_path, shared_cache) as (proc, family):
         assert len(family) >= 3, f"expected two workers and the resource tracker, found {family}"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
@@ -138,8 +137,8 @@ def test_kill_9_of_a_grid_parent_leaves_no_process_alive_10_s_later(tmp_path):
 
 
 @pytest.mark.skipif(not LINUX, reason="reads /proc")
-def test_sigterm_of_a_grid_parent_kills_its_workers_and_fails_their_runs(tmp_path):
-    with grid_in_the_middle(tmp_path, tmp_path / "cache") as (proc, family):
+def test_sigterm_of_a_grid_parent_kills_its_workers_and_fails_their_runs(tmp_path, shared_cache):
+    with grid_in_the_middle(tmp_path, shared_cache) as (proc, family):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM
         deadline = time.monotonic() + 10
