@@ -44,6 +44,10 @@ class PretrainedConfig:
         max_ids: Cap on target identities (drawn at random), or None for all.
         min_face: Smallest face side MTCNN searches for; smaller images are taken as crops.
         batch_size: Faces per recognizer call.
+        folds: Folds over the pooled identities of a small dataset, as ``face_reid``'s
+            (:mod:`attacks._targets`; keep them equal, so that every face adversary attacks
+            the same probes).
+        fold_below: Folds when fewer identities than this could be targeted in the evaluated split.
     """
 
     backends: tuple[str, ...] = ("dlib",)
@@ -54,6 +58,8 @@ class PretrainedConfig:
     max_ids: int | None = setting(None, low=2)
     min_face: int = setting(20, low=8)
     batch_size: int = setting(32, low=1)
+    folds: int = setting(1, low=1)
+    fold_below: int = setting(20, low=0)
 
     def __post_init__(self) -> None:
         unknown = [b for b in self.backends if b not in BACKENDS]

@@ -20,17 +20,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from attacks._targets import Fold, Targets, find_folds, find_targets, pooled_targets
 from bench.config import setting
-from bench.datasets.base import ImageSet, Splits
+from bench.datasets.base import Splits
 from bench.errors import BenchError
-from bench.groups import attack_groups, demographic_groups
-from bench.interfaces import Mechanism, Release, RunContext
+from bench.interfaces import AttackOutcome, Mechanism, Release, RunContext
 from bench.modelcache import cached_model
 from bench.nn.classify import ClassifierTraining, train_classifier
 from bench.nn.face_cnn import build_face_model
 from bench.nn.images import image_batches, to_input
 from bench.nn.threads import cpu_threads
-from bench.seeding import derive_seed, make_generator
+from bench.seeding import derive_seed
+
+__all__ = ["Fold", "Targets", "find_folds", "find_targets", "pooled_targets"]  # re-exported for the adversaries
 
 MODEL_VERSION = 2
 """2: embedders train in channels_last memory format (faster convolutions; other float rounding)."""
@@ -53,6 +55,9 @@ class FaceReidConfig:
         enrol_per_id: Enrolment images per target identity (the rest are probes).
         max_ids: Cap on target identities (drawn at random), or None for all.
         svc_c: Regularisation of the linear SVC.
+        folds: Folds over the pooled identities of a small dataset (1: never folds;
+            :mod:`attacks._targets`).
+        fold_below: Folds when fewer identities than this could be targeted in the evaluated split.
     """
 
     model: str = setting("small_cnn", choices=FACE_MODELS)
@@ -66,6 +71,8 @@ class FaceReidConfig:
     enrol_per_id: int = setting(13, low=1)
     max_ids: int | None = setting(None, low=2)
     svc_c: float = setting(1.0, low=0, low_open=True)
+    folds: int = setting(1, low=1)
+    fold_below: int = setting(20, low=0)
 
     def __post_init__(self) -> None:
         """Refuses weights the model would ignore, and a weights file that is no Inception-ResNet-v1 checkpoint.
@@ -128,90 +135,12 @@ def _weights_problem(file: str, size: int, mtime_ns: int) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class Targets:
-    """The target identities of an attack: their clean split and its enrolment/probe division.
-
-    Attributes:
-        split: Name of the evaluated split.
-        images: Its clean images.
-        enrol: Indices of the enrolment images.
-        probe: Indices of the probe images.
-    """
-
-    split: str
-    images: ImageSet
-    enrol: torch.Tensor
-    probe: torch.Tensor
-
-    @property
-    def identities(self) -> int:
-        """Enrolled identities (1 / identities is chance)."""
-        return int(torch.unique(self.images.labels[self.enrol]).numel())
-
-    @property
-    def chance(self) -> float:
-        """Top-1 accuracy of a guess that ignores the probe."""
-        return 1.0 / self.identities
-
-    def enrol_set(self) -> ImageSet:
-        """Returns the clean enrolment images (with their labels and boxes)."""
-        return self.images.subset(self.enrol)
-
-    def probe_labels(self) -> np.ndarray:
-        """Returns the identity of each probe."""
-        return self.images.labels[self.probe].numpy()
-
-    def counts(self) -> dict[str, float]:
-        """Returns the identity and probe counts, as metrics."""
-        return {"identities": float(self.identities), "probes": float(len(self.probe))}
-
-    def groups(self, hits: np.ndarray, clean_hits: np.ndarray) -> dict[str, Any]:
-        """Returns the attack's top-1 per demographic group of the probes (:func:`bench.groups.attack_groups`)."""
-        attrs = {name: codes[self.probe] for name, codes in self.images.attrs.items()}
-        groups = demographic_groups(attrs, self.images.attr_names)
-        return attack_groups(hits, clean_hits, self.chance, groups, "top1") if groups else {}
-
-
-def find_targets(clean: Splits, cfg: FaceReidConfig, ctx: RunContext, owner: str) -> Targets:
-    """Returns the evaluated split's identities, each divided into enrolment and probe images.
-
-    The division depends only on the run's seed, so every face adversary of a cell attacks
-    the same probes.
-
-    Raises:
-        BenchError: The evaluated split shares identities with the adversary's own split,
-            or no target identity has more images than ``enrol_per_id``.
-    """
-    split = ctx.eval_split
-    target, own = clean[split], clean[cfg.train_split]
-    shared = np.intersect1d(target.labels.numpy(), own.labels.numpy())
-    if split == cfg.train_split or len(shared):
-        raise BenchError(f"{owner}: the adversary's identities ({cfg.train_split}) overlap the evaluated split "
-                         f"{split!r} ({len(shared)} shared); use a split with disjoint identities")
-    g = make_generator(ctx.seed, "face_reid", "enrolment")
-    ids = torch.unique(target.labels)
-    if cfg.max_ids is not None and len(ids) > cfg.max_ids:
-        ids = ids[torch.randperm(len(ids), generator=g)[: cfg.max_ids]].sort().values
-    enrol, probe = [], []
-    for identity in ids.tolist():
-        members = (target.labels == identity).nonzero().flatten()
-        members = members[torch.randperm(len(members), generator=g)]
-        if len(members) <= cfg.enrol_per_id:
-            continue
-        enrol.append(members[: cfg.enrol_per_id])
-        probe.append(members[cfg.enrol_per_id :])
-    if not enrol:
-        raise BenchError(f"{owner}: no identity of split {split!r} has more than {cfg.enrol_per_id} images")
-    return Targets(split, target, torch.cat(enrol), torch.cat(probe))
-
-
-def clean_embedder(cfg: FaceReidConfig, clean: Splits, ctx: RunContext) -> torch.nn.Module:
-    """Returns the embedder trained on the adversary's clean identities (cached, shared)."""
+def clean_embedder(cfg: FaceReidConfig, clean: Splits, ctx: RunContext, fold: Fold) -> torch.nn.Module:
+    """Returns the embedder trained on the adversary's clean identities of a fold (cached, shared)."""
     key = ("face_reid-model", MODEL_VERSION, clean.fingerprint, cfg.training_part(), _weights(cfg, ctx), ctx.seed,
-           str(ctx.device.type))
-    train = clean[cfg.train_split]
-    return _embedder(cfg, lambda: train.images, train.labels, key, ctx, "clean")
+           str(ctx.device.type), *((fold.key,) if fold.key else ()))
+    train = fold.own
+    return _embedder(cfg, lambda: train.images, train.labels, key, ctx, "clean" + fold.suffix.replace("/", "."))
 
 
 @dataclass(frozen=True)
@@ -333,12 +262,31 @@ def known_mechanism(released: Release, owner: str) -> Mechanism:
 
 
 def clean_reference(
-    cfg: FaceReidConfig, clean: Splits, targets: Targets, ctx: RunContext
+    cfg: FaceReidConfig, clean: Splits, fold: Fold, ctx: RunContext
 ) -> tuple[FaceIdentifier, np.ndarray]:
-    """Returns the clean pipeline (clean embedder, clean enrolment) and its hits on clean probes."""
-    identifier = FaceIdentifier(clean_embedder(cfg, clean, ctx), targets.images.images[targets.enrol],
+    """Returns a fold's clean pipeline (clean embedder, clean enrolment) and its hits on clean probes."""
+    targets = fold.targets
+    identifier = FaceIdentifier(clean_embedder(cfg, clean, ctx, fold), targets.images.images[targets.enrol],
                                 targets.images.labels[targets.enrol], cfg, ctx)
     return identifier, identifier.hits(targets.images.images[targets.probe], targets.probe_labels())
+
+
+def pooled_outcome(folds: list[Fold], hits: list[np.ndarray], clean_hits: list[np.ndarray],
+                   **extra: float) -> AttackOutcome:
+    """Returns the top-1 outcome of hits pooled over folds (probes summed; ``extra`` metrics appended).
+
+    Args:
+        folds: The attack's folds.
+        hits: Per fold, whether each released probe was identified.
+        clean_hits: Per fold, the same for the clean probes.
+        **extra: Further metrics.
+    """
+    targets = pooled_targets(folds)
+    hit, clean_hit = np.concatenate(hits), np.concatenate(clean_hits)
+    top1, top1_clean = float(hit.mean()), float(clean_hit.mean())
+    metrics = {"top1": top1, "top1_clean": top1_clean, "chance": targets.chance, **targets.counts(), **extra}
+    return AttackOutcome(metrics=metrics, value=top1, clean=top1_clean, chance=targets.chance,
+                         trials=len(targets.probe), groups=targets.groups(hit, clean_hit))
 
 
 def augment(x: torch.Tensor, generator: torch.Generator, shift: int = 4) -> torch.Tensor:

@@ -3,7 +3,9 @@
 The adversary knows the mechanism and its parameters. It runs the mechanism, with its own
 random streams, over clean images of its own identities (the training split, disjoint
 from the targets), trains a DnCNN to map each result back to its original, and denoises
-the released target images before attacking them with the non-adaptive pipelines:
+the released target images before attacking them with the non-adaptive pipelines (identity:
+in each fold of a small dataset, a DnCNN trained on that fold's own identities; see
+:mod:`attacks._targets`):
 
 - identity (face datasets): ``face_reid``'s clean embedder and SVC enrolled on clean
   images identify denoised probes (``top1``) and raw released probes (``top1_raw``);
@@ -23,9 +25,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
-from attacks._reid_pipeline import Targets, clean_reference, find_targets, known_mechanism
+from attacks._reid_pipeline import Fold, clean_reference, find_folds, known_mechanism, pooled_outcome
 from attacks.attribute_inference import AttributeInference
 from attacks.face_reid import FaceReid
 from bench.benchmarks import declared_targets
@@ -152,20 +155,20 @@ class Denoise(Attack):
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
         """Trains (or reuses) the denoiser and attacks denoised and raw releases."""
         targets = self.targets_for(clean.dataset, ctx)
-        denoiser = None if released.is_clean else self.denoiser(clean, released, ctx)
         parts: dict[str, AttackOutcome] = {}
         attacked: list[Attacked] = []
         if "identity" in targets:
-            outcome, images = self._identity(clean, released, denoiser, ctx)
+            outcome, images = self._identity(clean, released, ctx)
             parts["identity"] = outcome
             attacked.append(images)
         if "attributes" in targets:
+            denoiser = None if released.is_clean else self.denoiser(clean, released, ctx)
             outcomes, images = self._attributes(clean, released, denoiser, ctx)
             parts.update(outcomes)
             attacked.append(images)
         metrics = {name: value for part in parts.values() for name, value in part.metrics.items()}
         metrics.update(self._quality(attacked[0], ctx))
-        metrics["denoiser_trained"] = float(denoiser is not None)
+        metrics["denoiser_trained"] = float(not released.is_clean)
         first = next(iter(parts.values()))
         return AttackOutcome(metrics=metrics, value=first.value, clean=first.clean, chance=first.chance,
                              trials=first.trials, parts=parts if len(parts) > 1 else {},
@@ -182,13 +185,23 @@ class Denoise(Attack):
         with cpu_threads(self.config.threads):
             return denoise_images(denoiser, images, self._size(images), next(denoiser.parameters()).device)
 
-    def denoiser(self, clean: Splits, released: Release, ctx: RunContext) -> torch.nn.Module:
-        """Returns the DnCNN trained on the adversary's own (mechanism(x), x) pairs (cached)."""
+    def denoiser(self, clean: Splits, released: Release, ctx: RunContext, fold: Fold | None = None) -> torch.nn.Module:
+        """Returns the DnCNN trained on the adversary's own (mechanism(x), x) pairs (cached).
+
+        Args:
+            clean: The clean splits.
+            released: The release (it carries the mechanism the adversary knows).
+            ctx: The run.
+            fold: A face adversary's fold, whose own images it trains on; None (and a fold
+                of no folds) trains on ``train_split``.
+        """
         cfg = self.config
         mechanism = known_mechanism(released, f"attack {self.name!r}")
-        own = clean[cfg.train_split]
-        purpose = f"{self.name}/{cfg.train_split}"
-        key = ("denoiser", MODEL_VERSION, released.key, purpose, cfg.training_part(), ctx.seed, str(ctx.device.type))
+        folded = fold is not None and bool(fold.key)
+        own = fold.own if folded else clean[cfg.train_split]
+        purpose = f"{self.name}/{cfg.train_split}{fold.suffix if folded else ''}"
+        key = ("denoiser", MODEL_VERSION, released.key, purpose, cfg.training_part(), ctx.seed, str(ctx.device.type),
+               *((fold.key,) if folded else ()))
 
         def build() -> torch.nn.Module:
             torch.manual_seed(derive_seed(ctx.seed, self.name, "init"))
@@ -214,28 +227,35 @@ class Denoise(Attack):
         denoised = raw if attacked.denoised is None else image_quality(attacked.denoised.to(ctx.device), reference)
         return {**denoised, **{f"{name}_raw": value for name, value in raw.items()}}
 
-    def _identity(self, clean: Splits, released: Release, denoiser: torch.nn.Module | None,
-                  ctx: RunContext) -> tuple[AttackOutcome, Attacked]:
-        """Face re-identification of raw and denoised released probes (clean embedder and enrolment)."""
+    def _identity(self, clean: Splits, released: Release, ctx: RunContext) -> tuple[AttackOutcome, Attacked]:
+        """Face re-identification of raw and denoised released probes (clean embedder and enrolment), per fold.
+
+        Each fold's DnCNN is trained on that fold's own identities, disjoint from its targets.
+        """
         cfg = self.reid.config
-        targets: Targets = find_targets(clean, cfg, ctx, f"attack {self.name!r}")
-        shared = set(clean[self.config.train_split].labels.tolist()) & set(targets.images.labels.tolist())
-        if shared:
-            raise BenchError(f"attack {self.name!r}: its own split {self.config.train_split!r} shares {len(shared)} "
-                             f"identities with the evaluated split {targets.split!r}")
-        identifier, clean_hits = clean_reference(cfg, clean, targets, ctx)
-        top1_clean = float(clean_hits.mean())
-        raw = released.splits[targets.split].images[targets.probe]
-        truth = targets.probe_labels()
-        raw_hits = identifier.hits(raw, truth)
-        denoised = None if denoiser is None else self.restore(denoiser, raw)
-        hits = raw_hits if denoised is None else identifier.hits(denoised, truth)
-        top1 = float(hits.mean())
-        metrics = {"top1": top1, "top1_raw": float(raw_hits.mean()), "top1_clean": top1_clean,
-                   "chance": targets.chance, **targets.counts()}
-        outcome = AttackOutcome(metrics=metrics, value=top1, clean=top1_clean, chance=targets.chance,
-                                trials=len(targets.probe), groups=targets.groups(hits, clean_hits))
-        return outcome, Attacked(raw, denoised, targets.images.images[targets.probe])
+        folds = find_folds(clean, cfg, ctx, f"attack {self.name!r}")
+        hits, raw_hits, clean_hits, raws, denoised, cleans = [], [], [], [], [], []
+        for fold in folds:
+            targets = fold.targets
+            if not fold.key:
+                shared = set(clean[self.config.train_split].labels.tolist()) & set(targets.images.labels.tolist())
+                if shared:
+                    raise BenchError(f"attack {self.name!r}: its own split {self.config.train_split!r} shares "
+                                     f"{len(shared)} identities with the evaluated split {targets.split!r}")
+            identifier, fold_clean_hits = clean_reference(cfg, clean, fold, ctx)
+            raw = targets.released_probes(released)
+            truth = targets.probe_labels()
+            fold_raw_hits = identifier.hits(raw, truth)
+            restored = None if released.is_clean else self.restore(self.denoiser(clean, released, ctx, fold), raw)
+            hits.append(fold_raw_hits if restored is None else identifier.hits(restored, truth))
+            raw_hits.append(fold_raw_hits)
+            clean_hits.append(fold_clean_hits)
+            raws.append(raw)
+            denoised.append(restored)
+            cleans.append(targets.images.images[targets.probe])
+        outcome = pooled_outcome(folds, hits, clean_hits, top1_raw=float(np.concatenate(raw_hits).mean()))
+        images = None if released.is_clean else torch.cat(denoised)
+        return outcome, Attacked(torch.cat(raws), images, torch.cat(cleans))
 
     def _attributes(self, clean: Splits, released: Release, denoiser: torch.nn.Module | None,
                     ctx: RunContext) -> tuple[dict[str, AttackOutcome], Attacked]:

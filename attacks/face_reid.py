@@ -11,7 +11,9 @@ embedder and enrolment see what the probes look like (SEBA's strongest setting).
 reference is the same pipeline without a mechanism, i.e. ``face_reid``'s ``top1_clean``.
 
 Top-1 accuracy on released probes is compared with chance (1 / identities) and with the
-same attack on clean probes; ``trials`` is the number of probes.
+same attack on clean probes; ``trials`` is the number of probes. On a small dataset both run
+in folds over all its identities (:mod:`attacks._targets`), each fold's embedder trained on
+identities disjoint from its targets, and the folds' probes are pooled.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from attacks._reid_pipeline import (
@@ -26,10 +29,12 @@ from attacks._reid_pipeline import (
     FaceIdentifier,
     MODEL_VERSION,
     FaceReidConfig,
+    Fold,
     adapted_embedder,
     clean_reference,
-    find_targets,
+    find_folds,
     known_mechanism,
+    pooled_outcome,
 )
 from bench.config import deep_merge, load_preset, setting
 from bench.datasets.base import DataShape, Splits
@@ -72,14 +77,14 @@ class FaceReid(Attack):
                              f"set {self.name}.enrol_per_id lower")
 
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
-        """Trains (or reuses) the clean embedder, enrols clean images, identifies released probes."""
-        targets = find_targets(clean, self.config, ctx, f"attack {self.name!r}")
-        identifier, clean_hits = clean_reference(self.config, clean, targets, ctx)
-        hits = identifier.hits(released.splits[targets.split].images[targets.probe], targets.probe_labels())
-        top1, top1_clean = float(hits.mean()), float(clean_hits.mean())
-        metrics = {"top1": top1, "top1_clean": top1_clean, "chance": targets.chance, **targets.counts()}
-        return AttackOutcome(metrics=metrics, value=top1, clean=top1_clean, chance=targets.chance,
-                             trials=len(targets.probe), groups=targets.groups(hits, clean_hits))
+        """Trains (or reuses) the clean embedder, enrols clean images, identifies released probes (per fold)."""
+        folds = find_folds(clean, self.config, ctx, f"attack {self.name!r}")
+        hits, clean_hits = [], []
+        for fold in folds:
+            identifier, fold_clean_hits = clean_reference(self.config, clean, fold, ctx)
+            hits.append(identifier.hits(fold.targets.released_probes(released), fold.targets.probe_labels()))
+            clean_hits.append(fold_clean_hits)
+        return pooled_outcome(folds, hits, clean_hits)
 
 
 @dataclass(frozen=True)
@@ -115,32 +120,40 @@ class FaceReidAdapted(FaceReid):
         return values
 
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
-        """Adapts the embedder and enrolment to the mechanism, identifies released probes."""
+        """Adapts the embedder and enrolment to the mechanism, identifies released probes (per fold)."""
+        folds = find_folds(clean, self.config, ctx, f"attack {self.name!r}")
+        hits, clean_hits, unadapted = [], [], []
+        for fold in folds:
+            fold_hits, fold_clean_hits, fold_unadapted = self._fold(fold, clean, released, ctx)
+            hits.append(fold_hits)
+            clean_hits.append(fold_clean_hits)
+            unadapted.append(fold_unadapted)
+        top1_unadapted = float(np.concatenate(unadapted).mean())
+        return pooled_outcome(folds, hits, clean_hits, adapted=float(not released.is_clean),
+                              top1_unadapted=top1_unadapted)
+
+    def _fold(self, fold: Fold, clean: Splits, released: Release,
+              ctx: RunContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Returns one fold's hits on released probes, on clean probes, and of the unadapted pipeline."""
         cfg: AdaptedConfig = self.config
-        owner = f"attack {self.name!r}"
-        targets = find_targets(clean, cfg, ctx, owner)
-        clean_identifier, clean_hits = clean_reference(cfg, clean, targets, ctx)
-        top1_clean = float(clean_hits.mean())
-        probes, truth = released.splits[targets.split].images[targets.probe], targets.probe_labels()
+        targets = fold.targets
+        clean_identifier, clean_hits = clean_reference(cfg, clean, fold, ctx)
+        probes, truth = targets.released_probes(released), targets.probe_labels()
+        unadapted = clean_identifier.hits(probes, truth)
         if released.is_clean:
-            hits, unadapted, adapted = clean_identifier.hits(probes, truth), None, 0.0
-        else:
-            mechanism = known_mechanism(released, owner)
-            own = clean[cfg.train_split]
-            purpose = f"{self.name}/{cfg.train_split}"
+            return unadapted, clean_hits, unadapted
+        mechanism = known_mechanism(released, f"attack {self.name!r}")
+        own = fold.own
+        purpose = f"{self.name}/{cfg.train_split}{fold.suffix}"
 
-            def own_released() -> torch.Tensor:
-                ctx.log(f"{self.name}: applying {released.mechanism} to the adversary's {len(own)} own images")
-                return apply_to_split(mechanism, own, ctx, purpose)[0]
+        def own_released() -> torch.Tensor:
+            ctx.log(f"{self.name}: applying {released.mechanism} to the adversary's {len(own)} own images")
+            return apply_to_split(mechanism, own, ctx, purpose)[0]
 
-            enrol_released, _ = apply_to_split(mechanism, targets.enrol_set(), ctx, f"{self.name}/enrol")
-            start = clean_identifier.model if cfg.adapt_from == "clean" else None
-            model = adapted_embedder(cfg, own_released, own.labels, (released.key, purpose), ctx,
-                                     AdaptedTraining(cfg.adapt_epochs, start, cfg.threads))
-            identifier = FaceIdentifier(model, enrol_released, targets.images.labels[targets.enrol], cfg, ctx)
-            hits, unadapted, adapted = identifier.hits(probes, truth), clean_identifier.top1(probes, truth), 1.0
-        top1 = float(hits.mean())
-        metrics = {"top1": top1, "top1_clean": top1_clean, "chance": targets.chance, **targets.counts(),
-                   "adapted": adapted, "top1_unadapted": top1 if unadapted is None else unadapted}
-        return AttackOutcome(metrics=metrics, value=top1, clean=top1_clean, chance=targets.chance,
-                             trials=len(targets.probe), groups=targets.groups(hits, clean_hits))
+        enrol_released, _ = apply_to_split(mechanism, targets.enrol_set(), ctx, f"{self.name}/enrol{fold.suffix}")
+        start = clean_identifier.model if cfg.adapt_from == "clean" else None
+        data_key = (released.key, purpose, *((fold.key,) if fold.key else ()))
+        model = adapted_embedder(cfg, own_released, own.labels, data_key, ctx,
+                                 AdaptedTraining(cfg.adapt_epochs, start, cfg.threads))
+        identifier = FaceIdentifier(model, enrol_released, targets.images.labels[targets.enrol], cfg, ctx)
+        return identifier.hits(probes, truth), clean_hits, unadapted

@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
+
 from attacks._pretrained_pipeline import (
     PIPELINE_VERSION,
     Embedded,
@@ -39,7 +41,7 @@ from attacks._pretrained_pipeline import (
     pick,
     recognizers,
 )
-from attacks._reid_pipeline import Targets, find_targets, known_mechanism
+from attacks._reid_pipeline import Fold, find_folds, known_mechanism, pooled_targets
 from attacks.denoise import Denoise
 from attacks.face_reid import FaceReid
 from bench.cells import content_key
@@ -79,39 +81,59 @@ class FaceReidPretrained(Attack):
         FaceReid.check_data(self, shape, eval_split)
 
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
-        """Enrols clean gallery images and identifies released probes."""
-        targets = find_targets(clean, self.config, ctx, f"attack {self.name!r}")
-        reference = clean_embeddings(self.config, targets, clean.fingerprint, ctx)
-        gallery = self.gallery(reference, targets, released, ctx)
-        probes = self.probes(reference, targets, clean, released, ctx)
-        return self.outcome(targets, reference, gallery, probes)
+        """Enrols clean gallery images and identifies released probes (per fold, pooled)."""
+        folds = find_folds(clean, self.config, ctx, f"attack {self.name!r}")
+        reference = clean_embeddings(self.config, folds[0].targets, clean.fingerprint, ctx)
+        results = [self.identified(fold, reference, clean, released, ctx) for fold in folds]
+        return self.outcome(folds, results)
 
-    def gallery(self, reference: Embedded, targets: Targets, released: Release, ctx: RunContext) -> Embedded:
+    def identified(self, fold: Fold, reference: Embedded, clean: Splits, released: Release,
+                   ctx: RunContext) -> dict[str, Any]:
+        """Returns one fold's identification of released and of clean probes, with its alignment counts."""
+        targets = fold.targets
+        gallery = self.gallery(reference, fold, released, ctx)
+        probes = self.probes(reference, fold, clean, released, ctx)
+        labels = targets.images.labels[targets.enrol].numpy()
+        truth = targets.probe_labels()
+        clean_gallery = pick(reference, targets.enrol)
+        return {"attacked": identify(gallery, labels, probes, truth),
+                "baseline": identify(clean_gallery, labels, pick(reference, targets.probe), truth, suffix="_clean"),
+                "counts": {**probes.counts("probes_aligned"), **clean_gallery.counts("gallery_aligned")}}
+
+    def gallery(self, reference: Embedded, fold: Fold, released: Release, ctx: RunContext) -> Embedded:
         """Returns the enrolment embeddings: clean ones (the adapted variant overrides this)."""
-        return pick(reference, targets.enrol)
+        return pick(reference, fold.targets.enrol)
 
-    def probes(self, reference: Embedded, targets: Targets, clean: Splits, released: Release,
+    def probes(self, reference: Embedded, fold: Fold, clean: Splits, released: Release,
                ctx: RunContext) -> Embedded:
         """Returns the embeddings of the released probes (cached per release)."""
+        targets = fold.targets
         if released.is_clean:
             return pick(reference, targets.probe)
-        images = released.splits[targets.split].images[targets.probe]
+        images = targets.released_probes(released)
         key = ("released", released.key, targets.split, content_key(targets.probe.tolist()))
         return embed(self.config, images, ctx, key, "released probe", reference.box)
 
-    def outcome(self, targets: Targets, reference: Embedded, gallery: Embedded, probes: Embedded) -> AttackOutcome:
-        """Identifies probes and clean probes; returns the outcome with its clean reference."""
-        labels = targets.images.labels[targets.enrol].numpy()
-        truth = targets.probe_labels()
-        clean_probes = pick(reference, targets.probe)
-        clean_gallery = pick(reference, targets.enrol)
-        attacked = identify(gallery, labels, probes, truth)
-        baseline = identify(clean_gallery, labels, clean_probes, truth, suffix="_clean")
-        metrics = {**attacked.metrics, **baseline.metrics, "chance": targets.chance, **targets.counts(),
-                   **probes.counts("probes_aligned"), **clean_gallery.counts("gallery_aligned")}
-        return AttackOutcome(metrics=metrics, value=attacked.metrics["top1"], clean=baseline.metrics["top1_clean"],
-                             chance=targets.chance, trials=len(targets.probe),
-                             groups=targets.groups(attacked.hits, baseline.hits))
+    def outcome(self, folds: list[Fold], results: list[dict[str, Any]]) -> AttackOutcome:
+        """Returns the outcome pooled over folds: hits summed, other metrics probe-weighted, counts summed."""
+        targets = pooled_targets(folds)
+        weights = [len(fold.targets.probe) for fold in folds]
+        metrics = {**_pooled([r["attacked"].metrics for r in results], weights),
+                   **_pooled([r["baseline"].metrics for r in results], weights),
+                   "chance": targets.chance, **targets.counts(),
+                   **{name: float(sum(r["counts"][name] for r in results)) for name in results[0]["counts"]}}
+        hits = np.concatenate([r["attacked"].hits for r in results])
+        clean_hits = np.concatenate([r["baseline"].hits for r in results])
+        metrics["top1"], metrics["top1_clean"] = float(hits.mean()), float(clean_hits.mean())
+        return AttackOutcome(metrics=metrics, value=metrics["top1"], clean=metrics["top1_clean"],
+                             chance=targets.chance, trials=len(targets.probe), groups=targets.groups(hits, clean_hits))
+
+
+def _pooled(metrics: list[dict[str, float]], weights: list[int]) -> dict[str, float]:
+    """Returns each metric's weighted mean over folds (the folds' probe counts)."""
+    if len(metrics) == 1:
+        return dict(metrics[0])
+    return {name: float(np.average([m[name] for m in metrics], weights=weights)) for name in metrics[0]}
 
 
 @register_attack("face_reid_pretrained_adapted")
@@ -121,12 +143,13 @@ class FaceReidPretrainedAdapted(FaceReidPretrained):
     description = ("pretrained face recognizer enrolled on gallery images the adversary released itself (known "
                    "mechanism, own random streams); top-1 and TAR@FAR on released probes")
 
-    def gallery(self, reference: Embedded, targets: Targets, released: Release, ctx: RunContext) -> Embedded:
+    def gallery(self, reference: Embedded, fold: Fold, released: Release, ctx: RunContext) -> Embedded:
         """Returns embeddings of the enrolment images after the mechanism (the adversary's own streams)."""
+        targets = fold.targets
         if released.is_clean:
             return pick(reference, targets.enrol)
         mechanism = known_mechanism(released, f"attack {self.name!r}")
-        purpose = f"{self.name}/enrol"
+        purpose = f"{self.name}/enrol{fold.suffix}"
         own, _ = apply_to_split(mechanism, targets.enrol_set(), ctx, purpose)
         key = ("adapted-gallery", released.key, purpose, targets.split, content_key(targets.enrol.tolist()))
         return embed(self.config, own, ctx, key, "adversary-released gallery", reference.box)
@@ -158,14 +181,15 @@ class FaceReidPretrainedRestored(FaceReidPretrained):
         super().check_data(shape, eval_split)
         Denoise(self.profile, self.config.denoise)
 
-    def probes(self, reference: Embedded, targets: Targets, clean: Splits, released: Release,
+    def probes(self, reference: Embedded, fold: Fold, clean: Splits, released: Release,
                ctx: RunContext) -> Embedded:
-        """Returns embeddings of the released probes after the DnCNN restored them."""
+        """Returns embeddings of the released probes restored by the DnCNN (trained on the fold's own identities)."""
+        targets = fold.targets
         if released.is_clean:
             return pick(reference, targets.probe)
         restorer = Denoise(self.profile, self.config.denoise)
-        model = restorer.denoiser(clean, released, ctx)
-        restored = restorer.restore(model, released.splits[targets.split].images[targets.probe])
+        model = restorer.denoiser(clean, released, ctx, fold)
+        restored = restorer.restore(model, targets.released_probes(released))
         key = ("restored", released.key, restorer.config.training_part(), targets.split,
-               content_key(targets.probe.tolist()))
+               content_key(targets.probe.tolist()), *((fold.key,) if fold.key else ()))
         return embed(self.config, restored, ctx, key, "restored probe", reference.box)

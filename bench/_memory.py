@@ -1,7 +1,11 @@
 """Where large CPU tensors live: on huge pages, in a heap that keeps freed memory for reuse.
 
-Both settings change where memory lies, never a value, and both act only where bench is
-imported before torch allocates (the CLI, grid workers, the benchmarks).
+Both settings change where memory lies, never a value. Importing bench sets neither:
+:func:`tune_allocator` runs when the ``bench`` command starts (before torch is imported, so
+huge pages apply; spawned grid workers inherit the variable) and when a cell runs
+(:func:`bench.cellrun.execute`: glibc's settings and the watcher, in any process). A script
+or notebook opts in to huge pages too by calling ``bench.tune_allocator()`` before it
+imports torch.
 
 * ``THP_MEM_ALLOC_ENABLE=1``: PyTorch puts CPU tensors of 2 MB and more on transparent
   huge pages, 2 MB-aligned. A fresh 2 MB page faults once where 512 small pages fault

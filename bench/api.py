@@ -1,17 +1,26 @@
-"""The Python API: run a cell, read results as a DataFrame, read the leaderboard.
+"""The Python API: run cells and sweeps, read results as DataFrames, use a mechanism on one's own images.
 
-For notebooks and scripts, as lm-evaluation-harness's ``simple_evaluate``::
+For notebooks and scripts, as lm-evaluation-harness's ``simple_evaluate`` and timm's
+``create_model``::
 
     import bench
 
-    result = bench.run(mechanism="dp_pix", task="fewshot_synth_faces", params={"epsilon": 3, "block": 4},
-                       seed=0, profile="smoke", results_dir="results")
+    mech = bench.load_mechanism("dp_pix", epsilon=3, block=4)
+    private = mech.apply(images, seed=0)                     # a user's uint8 [N, C, H, W] tensor
+    result = bench.run("dp_pix", "fewshot_synth_faces", {"epsilon": 3, "block": 4}, seed=0, profile="quick")
+    result.run_id                                             # its MLflow run
+    table = bench.grid("fewshot_synth_faces", "dp_pix", {"epsilon": [1, 3], "block": 4}, seeds=[0, 1])
     table = bench.results("results", mechanism="dp_pix")     # one row per cell, every metric a column
+    groups = bench.group_results("results")                  # one row per cell, attack and demographic group
     board = bench.leaderboard("results")                      # the boards' standings
 
+The default profile of ``run``, ``grid`` and ``tune`` is ``smoke``: the cheapest cell
+(minutes on a CPU) that checks a set-up end to end, whose numbers are not comparable;
+pass ``profile="quick"`` (the command line's default) or ``"paper"`` for results.
 ``bench.run`` takes the same single path as ``bench run`` (validation first, the cell lock,
-a FINISHED cell reused, MLflow logging) and returns the :class:`~bench.interfaces.Result`;
-errors a user can cause raise :class:`~bench.errors.BenchError` before any work.
+a FINISHED cell reused, MLflow logging) and returns the :class:`~bench.interfaces.Result`
+with its ``run_id``; errors a user can cause raise :class:`~bench.errors.BenchError`
+before any work. Importing ``bench`` starts nothing: no thread, no environment change.
 """
 
 from __future__ import annotations
@@ -22,17 +31,30 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from dataclasses import dataclass, fields
+
 from bench import precision
+from bench.api_sweeps import DEFAULT_PROFILE, TuneResult, cli_text, grid, tune
 from bench.errors import BenchError
+from bench.mechanism_handle import MechanismHandle, list_mechanisms, load_mechanism
+from bench.result import Result as _Result
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from bench.interfaces import Result
 
-__all__ = ["group_results", "leaderboard", "results", "run"]
+__all__ = ["MechanismHandle", "RunResult", "TuneResult", "grid", "group_results", "leaderboard", "list_mechanisms",
+           "load_mechanism", "results", "run", "runs", "tune"]
 
 PathLike = str | os.PathLike
+
+
+@dataclass(frozen=True)
+class RunResult(_Result):
+    """A cell's :class:`~bench.interfaces.Result` with ``run_id``, the MLflow run that holds it."""
+
+    run_id: str = ""
 
 
 def run(
@@ -40,7 +62,7 @@ def run(
     task: str,
     params: Mapping[str, Any] | None = None,
     seed: int = 0,
-    profile: str = "quick",
+    profile: str = DEFAULT_PROFILE,
     *,
     settings: Mapping[str, Any] | None = None,
     attacks: Sequence[str] | None = None,
@@ -60,7 +82,8 @@ def run(
         task: Registered benchmark (task) name.
         params: Mechanism parameters (Python values or strings).
         seed: Base seed.
-        profile: ``smoke``, ``quick`` or ``paper``.
+        profile: ``smoke`` (default: minutes on a CPU, to check a set-up; numbers not
+            comparable), ``quick`` (the command line's default) or ``paper``.
         settings: Overrides as ``bench run --set`` takes them, either dotted
             (``{"task.epochs": 3, "task.training.epsilon": 8}``) or by section
             (``{"task": {"epochs": 3}, "face_reid": {"epochs": 2}}``).
@@ -76,7 +99,8 @@ def run(
         log: Progress lines (default: none).
 
     Returns:
-        The cell's result (``result.to_dict()`` is the row :func:`results` gives).
+        The cell's result with ``run_id``, its MLflow run (``result.to_dict()`` is the row
+        :func:`results` gives).
 
     Raises:
         BenchError: An unknown name, an invalid parameter or setting, missing data or an
@@ -96,11 +120,14 @@ def run(
     planned = plan(config)
     tracker = Tracker(config.results_dir, tracking_uri)
     outcome = execute(planned, tracker, force=force, log=log or (lambda message: None))
-    return outcome.result
+    return RunResult(**{f.name: getattr(outcome.result, f.name) for f in fields(_Result)}, run_id=outcome.run_id)
 
 
 def sections(settings: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     """Returns overrides by section from dotted (``task.epochs``) or nested (``{"task": {...}}``) settings.
+
+    Values are spelled as ``--set`` spells them (:func:`bench.api_sweeps.cli_text`), so a
+    cell run from Python is the cell the command line runs.
 
     Raises:
         BenchError: A dotted key without a section, or a section that is not a mapping.
@@ -109,9 +136,9 @@ def sections(settings: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     for key, value in dict(settings or {}).items():
         section, dot, name = str(key).partition(".")
         if dot and name:
-            out.setdefault(section, {})[name] = value
+            out.setdefault(section, {})[name] = cli_text(value)
         elif isinstance(value, Mapping):
-            out.setdefault(section, {}).update({str(k): v for k, v in value.items()})
+            out.setdefault(section, {}).update({str(k): cli_text(v) for k, v in value.items()})
         else:
             raise BenchError(f"settings: {key!r} needs a section, e.g. 'task.{key}' (or {{'task': {{...}}}})")
     return out
@@ -140,12 +167,9 @@ def results(source: PathLike | str = "results", **filters: Any) -> "pd.DataFrame
     """
     import pandas as pd
 
-    from bench.tracking import Tracker
     from leaderboard.store import runs_frame
 
-    text = str(source)
-    tracker = Tracker(Path("results"), text, create=False) if "://" in text else Tracker(Path(text), create=False)
-    frame = results_frame(runs_frame(tracker))
+    frame = results_frame(runs_frame(_open(source)))
     for column, wanted in filters.items():
         if column not in frame.columns:
             raise BenchError(f"bench.results: no column {column!r} to filter on (columns: {', '.join(frame.columns[:12])}, ...)")
@@ -203,23 +227,53 @@ def group_results(source: PathLike | str = "results", **filters: Any) -> "pd.Dat
     """
     import pandas as pd
 
+    from bench.tracking.tables import GROUP_COLUMNS, group_rows
+
     cells = results(source, **filters)
-    rows = []
-    for _, cell in cells.iterrows():
-        keep = {k: cell[k] for k in ("run_id", "cell_key", "task", "mechanism", "params", "seed", "profile")}
-        groups = cell["groups"] or {}
-        parts = ([("utility", groups["utility"])] if "utility" in groups else []) + list(groups.get("attacks", {}).items())
-        for name, part in parts:
-            metric = part["metric"]
-            for attr, members in part["table"].items():
-                for value, row in members.items():
-                    rows.append({**keep, "source": name, "attribute": attr, "group": value, "n": row["n"],
-                                 "metric": metric, "value": row.get(metric), "ci95": row.get(f"{metric}_ci95"),
-                                 "clean": row.get("clean", row.get(f"{metric}_clean")), "chance": row.get("chance"),
-                                 "privacy": row.get("privacy"), "flag": row.get("flag")})
-    columns = ["run_id", "cell_key", "task", "mechanism", "params", "seed", "profile", "source", "attribute", "group",
-               "n", "metric", "value", "ci95", "clean", "chance", "privacy", "flag"]
+    keys = ["run_id", "cell_key", "task", "mechanism", "params", "seed", "profile"]
+    rows = [{**{k: cell[k] for k in keys}, **row} for _, cell in cells.iterrows() for row in group_rows(cell["groups"])]
+    return pd.DataFrame(rows, columns=keys + GROUP_COLUMNS)
+
+
+def runs(source: PathLike | str = "results", *, benchmark: str | None = None, mechanism: str | None = None,
+         status: str | None = None, since: str | None = None) -> "pd.DataFrame":
+    """Returns the runs ``bench runs`` lists, newest first: every status, superseded ones included.
+
+    Columns: ``run_id``, ``status`` (``SUPERSEDED`` for a FINISHED run a re-run replaced),
+    ``started``, ``name``, ``benchmark``, ``mechanism``, ``seed``, ``profile``, ``utility``,
+    ``privacy_score``, ``runtime_s``, ``cell_key`` and ``error``.
+
+    Args:
+        source: A results directory or an MLflow tracking URI.
+        benchmark: Only this benchmark's runs.
+        mechanism: Only this mechanism's runs.
+        status: ``running``, ``finished``, ``failed`` or ``killed``.
+        since: Started since ``30m``, ``12h``, ``3d``, ``2w`` ago, or an ISO date/time.
+
+    Raises:
+        BenchError: No tracking store there, an unknown status or an unreadable ``since``.
+    """
+    import pandas as pd
+
+    from bench.cli.runs_cmd import STATUSES
+    from bench.tracking.lookup import filter_string, parse_since, run_row, search
+
+    if status is not None and status.lower() not in STATUSES:
+        raise BenchError(f"bench.runs: status {status!r} is not one of {', '.join(STATUSES)}")
+    since_ms = parse_since(since) if since is not None else None
+    tracker = _open(source)
+    rows = [run_row(r) for r in search(tracker, filter_string(benchmark, mechanism, status, since_ms))]
+    columns = ["run_id", "status", "started", "name", "benchmark", "mechanism", "seed", "profile", "utility",
+               "privacy_score", "runtime_s", "cell_key", "error"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def _open(source: PathLike | str) -> Any:
+    """Opens a results directory's store, or a tracking URI's, for reading."""
+    from bench.tracking import Tracker
+
+    text = str(source)
+    return Tracker(Path("results"), text, create=False) if "://" in text else Tracker(Path(text), create=False)
 
 
 def _number(value: Any) -> float:

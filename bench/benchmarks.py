@@ -23,6 +23,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from bench import registry
+from bench.config import PROFILES
 from bench.errors import BenchError
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ class Benchmark:
         description: One line for ``bench list``.
         attack_settings: Attack name -> settings this benchmark's data needs (e.g. fewer
             enrolment images for folders of 10 photos a person); ``--set`` overrides them.
+            A profile's name (``quick``) keys settings for that profile only.
         task_settings: Task settings that define this benchmark (a classification
             protocol): applied over the preset, and ``--set`` may not change them, since a
             board compares like with like.
@@ -73,9 +75,13 @@ class Benchmark:
     face_crops: tuple[str, ...] = ()
     optional_face_crops: str = ""
 
-    def settings_of(self, attack: str, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Returns an attack's settings for this benchmark: its declared ones updated by ``overrides``."""
-        return {**self.attack_settings.get(attack, {}), **(overrides or {})}
+    def settings_of(self, attack: str, overrides: Mapping[str, Any] | None, profile: str | None = None
+                    ) -> dict[str, Any]:
+        """Returns an attack's settings for this benchmark at ``profile``: its declared ones (those of every
+        profile, then the profile's own) updated by ``overrides``."""
+        declared = self.attack_settings.get(attack, {})
+        common = {k: v for k, v in declared.items() if k not in PROFILES}
+        return {**common, **(declared.get(profile, {}) if profile else {}), **(overrides or {})}
 
     @property
     def preset_file(self) -> str:

@@ -78,12 +78,13 @@ def execute(
     Raises:
         Whatever the computation raised, after its run was marked FAILED (or KILLED).
     """
-    from bench._memory import release_free_memory
+    from bench._memory import release_free_memory, tune_allocator
     from bench.cpus import fit_torch_threads
     from bench.grid import CellOutcome, cell_label
     from bench.runner import cell_artifacts, run_cell
     from bench.tracking.verify import UnverifiedResult
 
+    tune_allocator()  # glibc's heap keeps freed blocks while cells run (once per process; bench/_memory.py)
     started = time.perf_counter()
     cfg = planned.config
     key, label = planned.key, cell_label(cfg)

@@ -23,7 +23,8 @@ import torch
 
 from bench.errors import BenchError
 from bench.folders import check_writable_folder
-from bench.imageio import ImageEntry, atomic_write, output_path, read_box_file, read_rgb, scan_folder, write_image
+from bench.imageio import (ImageEntry, atomic_write, output_path, read_box_file, read_pixels, read_rgb, scan_folder,
+                           with_channels, write_image)
 from bench.params import parse_assignments
 
 if TYPE_CHECKING:
@@ -35,7 +36,9 @@ MANIFEST_SCHEMA = 1
 _BATCH_VALUES = 1 << 24
 _MAX_BATCH = 64
 
-Size = tuple[int, int]
+Group = tuple[int, int, int]
+"""(height, width, channels) of a group of images released together: a one-channel (grey) image is released
+with one channel, as the dataset loaders store it, so its mechanism runs at C = 1."""
 
 
 @dataclass
@@ -77,7 +80,7 @@ class ReleaseOutcome:
 
     Attributes:
         claim: The claim with the tail's delta included (None without a formal claim).
-        tails: Size label -> (delta from the sampler's tail, why).
+        tails: Size label (``WxH``, ``WxHx1`` for grey) -> (delta from the sampler's tail, why).
         sizes: Size label -> number of images.
         faceless: Images in which no face box was found or given (released unchanged by
             face mechanisms).
@@ -212,22 +215,22 @@ def execute(release_plan: ReleasePlan, log: Callable[[str], None], progress: Cal
     from bench.secure_streams import DrawTally, release_claim, tail_delta
 
     p = release_plan
-    groups: dict[Size, list[ImageEntry]] = {}
+    groups: dict[Group, list[ImageEntry]] = {}
     for entry in p.images:
-        groups.setdefault((entry.height, entry.width), []).append(entry)
+        groups.setdefault((entry.height, entry.width, entry.channels), []).append(entry)
     fitted = _fit_groups(p, list(groups), log)
     if p.overwrite:
         (p.target / MANIFEST).unlink(missing_ok=True)
     claim = p.mechanism.claim()
     faceless = 0
     batches = [(size, chunk) for size, entries in groups.items() for chunk in _batches(entries, size)]
-    drawn: dict[Size, DrawTally] = {size: DrawTally() for size in groups}
+    drawn: dict[Group, DrawTally] = {size: DrawTally() for size in groups}
     for size, chunk in progress(batches, total=len(batches), desc="release"):
         missing, tally = _release_batch(p, fitted.get(size, p.mechanism), chunk)
         faceless += missing
         drawn[size].laplace = max(drawn[size].laplace, tally.laplace)
         drawn[size].normal = max(drawn[size].normal, tally.normal)
-    tails = {_label(size): tail_delta(fitted.get(size, p.mechanism), claim, size, drawn[size]) for size in groups}
+    tails = {_label(g): tail_delta(fitted.get(g, p.mechanism), claim, g[:2], drawn[g], g[2]) for g in groups}
     outcome = ReleaseOutcome(release_claim(claim, tails), tails, {_label(s): len(e) for s, e in groups.items()},
                              faceless)
     text = json.dumps(manifest(p, outcome), indent=2, sort_keys=True) + "\n"
@@ -236,12 +239,15 @@ def execute(release_plan: ReleasePlan, log: Callable[[str], None], progress: Cal
 
 
 def _release_batch(p: ReleasePlan, mechanism: Mechanism, chunk: list[ImageEntry]) -> tuple[int, DrawTally]:
-    """Reads, obfuscates and writes images of one size; returns the faceless count and the values drawn per image."""
+    """Reads, obfuscates and writes images of one size and channels; returns the faceless count and draws per image."""
     from bench import mechanism_guard
     from bench.secure_streams import SecureStreams
 
-    images = torch.from_numpy(np.stack([read_rgb(p.source / e.relative) for e in chunk]))
-    images = images.permute(0, 3, 1, 2).contiguous().to(p.device)
+    images = torch.from_numpy(np.stack([read_pixels(p.source / e.relative, e.channels) for e in chunk]))
+    # a fresh [N, C, H, W] tensor: permuting [N, H, W, 1] leaves a stride on the size-1 channel axis that kernels
+    # viewing the bytes as words reject
+    images = torch.empty(images.permute(0, 3, 1, 2).shape, dtype=torch.uint8).copy_(images.permute(0, 3, 1, 2))
+    images = images.to(p.device)
     boxes, missing = _batch_boxes(p, chunk, images)
     streams = SecureStreams(len(chunk), p.device)
     released = mechanism_guard.apply(mechanism, images, generator=streams, boxes=boxes)
@@ -250,12 +256,12 @@ def _release_batch(p: ReleasePlan, mechanism: Mechanism, chunk: list[ImageEntry]
     return missing, streams.tally
 
 
-def _label(size: Size) -> str:
-    return f"{size[1]}x{size[0]}"
+def _label(group: Group) -> str:
+    return f"{group[1]}x{group[0]}" + ("x1" if group[2] == 1 else "")
 
 
-def _batches(entries: list[ImageEntry], size: Size) -> list[list[ImageEntry]]:
-    step = max(1, min(_MAX_BATCH, _BATCH_VALUES // (3 * size[0] * size[1])))
+def _batches(entries: list[ImageEntry], group: Group) -> list[list[ImageEntry]]:
+    step = max(1, min(_MAX_BATCH, _BATCH_VALUES // (group[2] * group[0] * group[1])))
     return [entries[i : i + step] for i in range(0, len(entries), step)]
 
 
@@ -273,8 +279,8 @@ def _batch_boxes(
     return [b.to(p.device) for b in found], sum(1 for b in found if len(b) == 0)
 
 
-def _fit_groups(p: ReleasePlan, sizes: list[Size], log: Callable[[str], None]) -> dict[Size, Mechanism]:
-    """Fits one copy of the mechanism per image size on the public images resized to it."""
+def _fit_groups(p: ReleasePlan, sizes: list[Group], log: Callable[[str], None]) -> dict[Group, Mechanism]:
+    """Fits one copy of the mechanism per image size and channels on the public images resized to it."""
     if p.fit_on is None:
         return {}
     from bench import mechanism_guard
@@ -285,12 +291,13 @@ def _fit_groups(p: ReleasePlan, sizes: list[Size], log: Callable[[str], None]) -
     with tempfile.TemporaryDirectory(prefix="bench-release-") as scratch:
         cache = p.cache_dir if p.cache_dir is not None else Path(scratch)
         ctx = RunContext(device=p.device, seed=0, profile="release", data_root=None, cache_dir=cache, log=log)
-        for height, width in sizes:
-            log(f"fitting {type(p.mechanism).name} on {len(public)} public images at {width}x{height}")
-            stack = torch.stack([_resized(pixels, height, width) for pixels in public])
+        for height, width, channels in sizes:
+            at = _label((height, width, channels))
+            log(f"fitting {type(p.mechanism).name} on {len(public)} public images at {at}")
+            stack = torch.stack([_resized(with_channels(pixels, channels), height, width) for pixels in public])
             mechanism = type(p.mechanism)(**p.mechanism.config)
             mechanism_guard.fit(mechanism, ImageSet(stack, torch.zeros(len(stack), dtype=torch.int64)), ctx)
-            fitted[(height, width)] = mechanism
+            fitted[(height, width, channels)] = mechanism
     return fitted
 
 

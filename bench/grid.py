@@ -268,3 +268,8 @@ class GridSummary:
                  f"{c['failed']} failed in {duration(self.seconds)}"]
         lines += [f"  failed: {o.label}: {o.error}" for o in self.failed]
         return "\n".join(lines)
+
+
+from bench._callable import callable_module  # noqa: E402
+
+callable_module(__name__, "grid")  # bench.grid(...) is the Python API's (bench/api_sweeps.py)

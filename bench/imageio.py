@@ -46,6 +46,7 @@ class ImageEntry:
         width: Width after the EXIF orientation is applied.
         frames: Frames in the file; only the first is read.
         digest: Hash of the decoded pixels (finds the same image under two names).
+        channels: 1 for a one-channel image (grey, 16-bit grey, grey with alpha, bilevel), else 3.
     """
 
     relative: PurePosixPath
@@ -53,6 +54,7 @@ class ImageEntry:
     width: int
     frames: int = 1
     digest: str = ""
+    channels: int = 3
 
 
 def scan_folder(root: Path) -> tuple[list[ImageEntry], list[PurePosixPath]]:
@@ -72,12 +74,12 @@ def scan_folder(root: Path) -> tuple[list[ImageEntry], list[PurePosixPath]]:
     """
     images, skipped = [], []
     for relative in _walk(root):
-        pixels, frames = _decode(root / relative)
+        pixels, frames, channels = _decode(root / relative)
         if pixels is None:
             skipped.append(relative)
         else:
             digest = hashlib.blake2b(pixels.tobytes(), digest_size=16).hexdigest()
-            images.append(ImageEntry(relative, pixels.shape[0], pixels.shape[1], frames, digest))
+            images.append(ImageEntry(relative, pixels.shape[0], pixels.shape[1], frames, digest, channels))
     return images, skipped
 
 
@@ -96,22 +98,43 @@ def read_rgb(path: Path) -> np.ndarray:
     Raises:
         BenchError: The file is not an image PIL can read.
     """
-    pixels, _ = _decode(path)
+    pixels, _, _ = _decode(path)
     if pixels is None:
         raise BenchError(f"{path}: not an image that PIL can read")
     return pixels
 
 
-def _decode(path: Path) -> tuple[np.ndarray | None, int]:
+def read_pixels(path: Path, channels: int) -> np.ndarray:
+    """Returns an image's pixels as uint8 [H, W, channels]: RGB, or one grey channel.
+
+    Grey is ITU-R 601 luma, as the dataset loaders store it: exact for one-channel images,
+    whose RGB has three equal channels.
+
+    Raises:
+        BenchError: The file is not an image PIL can read.
+    """
+    return with_channels(read_rgb(path), channels)
+
+
+def with_channels(rgb: np.ndarray, channels: int) -> np.ndarray:
+    """Returns uint8 [H, W, 3] RGB pixels as [H, W, channels] (1: PIL's luma, 3: as given)."""
+    if channels == 3:
+        return rgb
+    return np.asarray(Image.fromarray(rgb).convert("L"), dtype=np.uint8)[..., None]
+
+
+def _decode(path: Path) -> tuple[np.ndarray | None, int, int]:
+    from bench.datasets.storage import ONE_CHANNEL
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(path) as image:
                 frames = int(getattr(image, "n_frames", 1))
                 image.load()
-                return to_rgb(image), frames
+                return to_rgb(image), frames, 1 if image.mode in ONE_CHANNEL else 3
     except UnidentifiedImageError:
-        return None, 0
+        return None, 0, 0
     except BenchError as exc:
         raise BenchError(f"{path}: {exc}") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError, EOFError) as exc:
@@ -169,7 +192,7 @@ def output_path(relative: PurePosixPath, fmt: str) -> PurePosixPath:
 
 
 def write_image(pixels: np.ndarray, path: Path, fmt: str) -> None:
-    """Writes uint8 [H, W, 3] pixels as a file with no metadata, atomically.
+    """Writes uint8 [H, W, 3] (or [H, W, 1] grey) pixels as a file with no metadata, atomically.
 
     Args:
         pixels: The image.
@@ -177,6 +200,8 @@ def write_image(pixels: np.ndarray, path: Path, fmt: str) -> None:
         fmt: ``png`` or ``jpeg``.
     """
     pil_format, _, options = FORMATS[fmt]
+    if pixels.ndim == 3 and pixels.shape[2] == 1:
+        pixels = pixels[..., 0]
     fresh = Image.fromarray(np.ascontiguousarray(pixels, dtype=np.uint8))
     atomic_write(path, lambda f: fresh.save(f, format=pil_format, **options))
 

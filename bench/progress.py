@@ -6,7 +6,10 @@ attacking) and ``progress`` (wraps a loop: epochs, episodes). :class:`Emitter` t
 both into events for one worker slot; :class:`Display` shows the events of every slot:
 on a terminal one bar per slot under the grid's bar (``label · stage · loop n/N
 [elapsed<ETA]``), redrawn every second; off a terminal plain lines, one per stage and one
-per loop at most every :attr:`Display.line_every` seconds.
+per loop at most every :attr:`Display.line_every` seconds. A bar line is fitted to the
+terminal's width by shortening its label, so the stage's counter, ETA and bar stay
+visible at 80 columns; while bars are drawn, whatever else is written to stderr (warnings)
+goes through :meth:`Display.write`, above the bars, instead of over them.
 
 Worker processes send their events through a queue (:func:`queue_sender`); the process
 that owns the terminal drains it (:meth:`Display.drain`).
@@ -15,6 +18,8 @@ that owns the terminal drains it (:meth:`Display.drain`).
 from __future__ import annotations
 
 import contextlib
+import io
+import os
 import queue as _queue
 import sys
 import threading
@@ -22,9 +27,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
-__all__ = ["Display", "Emitter", "StageClock", "queue_sender"]
+__all__ = ["Display", "Emitter", "StageClock", "fit_line", "queue_sender"]
 
 Send = Callable[[tuple], None]
+MIN_LABEL = 12
+"""The fewest characters of a cell's label a bar line keeps before it shortens the stage too."""
 
 
 class Emitter:
@@ -96,22 +103,41 @@ class Display:
         interactive: Bars on a terminal (True) or plain lines (False).
         lines: Print plain lines at all when not interactive (False: silent).
         stream: Where to write (stderr).
+        copy: Where stage lines also go while bars are drawn (``bench run > log.txt``
+            on a terminal: the log gets the lines, the terminal the bar), or None.
+        width: Columns a bar line may take (default: the terminal's; none off one).
         line_every: Seconds between two loop lines of one slot, off a terminal.
     """
 
     line_every = 30.0
 
-    def __init__(self, interactive: bool, lines: bool = True, stream: TextIO | None = None):
+    def __init__(self, interactive: bool, lines: bool = True, stream: TextIO | None = None,
+                 copy: TextIO | None = None, width: int | None = None):
         self.interactive = interactive
         self.lines = lines
         self.stream = stream or sys.stderr
+        self.copy = copy if interactive else None
+        self.width = width
         self.slots: dict[int, _Slot] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._redirected: _AboveBars | None = None
         if interactive:
+            if stream is None and sys.stderr is self.stream:  # warnings and prints to stderr: above the bars
+                self._redirected = sys.stderr = _AboveBars(self)
             self._ticker = threading.Thread(target=self._tick, name="bench-progress", daemon=True)
             self._ticker.start()
+
+    def write(self, text: str) -> None:
+        """Writes a line (a warning, say) above the bars, which are redrawn under it."""
+        if not self.interactive:
+            print(text, file=self.stream, flush=True)
+            return
+        from tqdm import tqdm
+
+        with self._lock:
+            tqdm.write(text, file=self.stream)
 
     def emitter(self, slot: int = 0) -> Emitter:
         """Returns an emitter whose events this display shows directly (same process)."""
@@ -153,7 +179,7 @@ class Display:
             self.handle(event)
 
     def close(self) -> None:
-        """Stops redrawing and removes the bars."""
+        """Stops redrawing, removes the bars and gives stderr back."""
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join(timeout=2)
@@ -161,6 +187,11 @@ class Display:
             for slot in self.slots.values():
                 self._close_bar(slot)
             self.slots.clear()
+            if self._redirected is not None:
+                self._redirected.flush_line()
+                if sys.stderr is self._redirected:
+                    sys.stderr = self.stream
+                self._redirected = None
 
     def __enter__(self) -> "Display":
         return self
@@ -171,7 +202,11 @@ class Display:
     # --- drawing ---------------------------------------------------------------------------
 
     def _line(self, slot: _Slot, text: str) -> None:
-        if self.interactive or not self.lines:
+        if self.interactive:
+            if self.copy is not None:
+                print(f"[bench] {slot.label}: {text}", file=self.copy, flush=True)
+            return
+        if not self.lines:
             return
         slot.last_line = time.monotonic()
         print(f"[bench] {slot.label}: {text}", file=self.stream, flush=True)
@@ -184,12 +219,29 @@ class Display:
         return text + "]"
 
     def _status(self, slot: _Slot, now: float) -> str:
-        text = f"{slot.label} · {slot.stage}"
+        label, stage, counter = self._parts(slot, now)
+        return label + stage + counter
+
+    def _parts(self, slot: _Slot, now: float) -> tuple[str, str, str]:
+        """Returns a bar line's cell label, `` · stage`` and what must stay visible (loop, counter, ETA, bar)."""
+        label, stage = slot.label, f" · {slot.stage}"
         if slot.loop or slot.total:
-            text += f" · {self._loop_text(slot, now)}"
+            counter = f" · {self._loop_text(slot, now)}"
         else:
-            text += f" [{duration(now - slot.cell_started)} in cell]"
-        return text
+            counter = f" [{duration(now - slot.cell_started)} in cell]"
+        if slot.total:
+            filled = int(20 * min(slot.n, slot.total) / slot.total)
+            counter += f" |{'█' * filled}{' ' * (20 - filled)}|"
+        return label, stage, counter
+
+    def _columns(self) -> int | None:
+        """Returns the columns a bar line may take: ``width``, else the terminal's, else None (no limit)."""
+        if self.width is not None:
+            return self.width
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns
+        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+            return None
 
     def _draw(self, slot: _Slot, now: float) -> None:
         if not self.interactive:
@@ -199,12 +251,8 @@ class Display:
 
             slot.bar = tqdm(total=0, position=1 + slot.position, leave=False, file=self.stream, bar_format="{desc}",
                             dynamic_ncols=True)
-        if slot.total:
-            filled = int(20 * min(slot.n, slot.total) / slot.total)
-            slot.bar.set_description_str(f"{self._status(slot, now)} |{'█' * filled}{' ' * (20 - filled)}|",
-                                         refresh=False)
-        else:
-            slot.bar.set_description_str(self._status(slot, now), refresh=False)
+        label, stage, counter = self._parts(slot, now)
+        slot.bar.set_description_str(fit_line(label, counter, self._columns(), stage), refresh=False)
         slot.bar.refresh()
 
     def _close_bar(self, slot: _Slot) -> None:
@@ -221,6 +269,55 @@ class Display:
                         self._draw(slot, now)
                     except Exception:  # a closed terminal must not stop the cell
                         pass
+
+
+class _AboveBars:
+    """Stands in for ``sys.stderr`` while bars are drawn: each complete line goes through :meth:`Display.write`."""
+
+    def __init__(self, display: Display):
+        self._display = display
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        while "\n" in self._pending:
+            line, self._pending = self._pending.split("\n", 1)
+            self._display.write(line)
+        return len(text)
+
+    def flush(self) -> None:
+        self._display.stream.flush()
+
+    def flush_line(self) -> None:
+        """Writes what is left of an unfinished line."""
+        if self._pending:
+            self._display.write(self._pending)
+            self._pending = ""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._display.stream, name)
+
+
+def fit_line(label: str, counter: str, columns: int | None, stage: str = "") -> str:
+    """Returns ``label + stage + counter`` within ``columns - 1`` characters, never shortening the counter.
+
+    The label (the cell) is shortened first (``…``), then the stage, so the counter, ETA
+    and bar stay visible on a narrow terminal.
+
+    Args:
+        label: The cell's label: cut first.
+        counter: What must stay: the loop, counter, ETA and bar.
+        columns: The terminal's width, or None for no limit.
+        stage: `` · stage``: cut only when the label alone cannot make room.
+    """
+    room = None if columns is None else columns - 1 - len(counter)
+    if room is None or len(label) + len(stage) <= room:
+        return label + stage + counter
+    if room - len(stage) >= MIN_LABEL:
+        return label[:room - len(stage) - 1] + "…" + stage + counter
+    if room >= 2:
+        return (label + stage)[:room - 1] + "…" + counter
+    return counter.strip()[:max(1, columns - 1)]
 
 
 def duration(seconds: float) -> str:

@@ -103,22 +103,23 @@ def make_release(
     saved = torch.load(folder / "meta.pt", map_location="cpu", weights_only=True)
     images = {name: open_split(folder / "images" / name, chw) for name, chw in saved["splits"].items()}
     metrics = saved["metrics"]
-    size = tuple(next(iter(splits.sets.values())).images.shape[-2:])
+    channels, *size = next(iter(splits.sets.values())).images.shape[-3:]
     return Release(
         splits=splits.replace_images(images),
         mechanism=type(mechanism).name,
         params=dict(mechanism.config),
         seed=ctx.seed,
         key=key,
-        claim=benchmark_claim(mechanism, size, withheld),
+        claim=benchmark_claim(mechanism, tuple(size), withheld, int(channels)),
         metrics=dict(metrics),
         instance=mechanism,
         kernels=saved["kernels"],
     )
 
 
-def benchmark_claim(mechanism: Mechanism, size: tuple[int, int], withheld: tuple[str, ...] = ()) -> PrivacyClaim | None:
-    """Returns a mechanism's claim as a benchmark cell can back it.
+def benchmark_claim(mechanism: Mechanism, size: tuple[int, int], withheld: tuple[str, ...] = (),
+                    channels: int = 3) -> PrivacyClaim | None:
+    """Returns a mechanism's claim as a benchmark cell can back it, for images of ``size`` and ``channels``.
 
     The note says that the noise is reproducible (drawn from public seeds); the delta
     includes what the Laplace sampler's clamp implies for the built-in mechanisms
@@ -133,8 +134,8 @@ def benchmark_claim(mechanism: Mechanism, size: tuple[int, int], withheld: tuple
     notes = [claim.note, "benchmark release: the noise is reproducible from the seed in this result "
                          "(use 'bench release' for real use)"]
     delta = claim.delta
-    if laplace_exposure(mechanism, size) is not None:
-        added, why = tail_delta(mechanism, claim, size, DrawTally())
+    if laplace_exposure(mechanism, size, channels) is not None:
+        added, why = tail_delta(mechanism, claim, size, DrawTally(), channels)
         if added:
             delta = min(1.0, delta + added)
             notes.append(f"delta includes {added:.3g} for the Laplace sampler's clamp ({why})")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from bench import precision
+from bench import precision, scores
 from bench.interfaces import Result
 
 
 COUNTS = ("n_", "steps", "trials", "episodes", "members", "nonmembers", "identities", "probes", "queries", "faces",
-          "images")
+          "images", "folds")
 """Metric names (their last part) that are counts, printed as integers."""
 
 
@@ -20,8 +20,17 @@ def _fmt(value: float, name: str = "") -> str:
     return f"{value:.4f}"
 
 
-def _score(value: float | None, flag: str | None) -> str:
-    return _fmt(value) if value is not None else f"undefined ({flag or 'attack too weak'})"
+def _score(value: float | None, flag: str | None, se: float | None = None) -> str:
+    if value is None:
+        return f"undefined ({flag or 'attack too weak'})"
+    return _fmt(value) + (f" ± {se:.4f}" if se is not None else "")
+
+
+def _imprecise(se: float | None) -> str | None:
+    """Returns the ``imprecise`` flag of a score whose standard error stands for a too wide 95% interval."""
+    if se is None or 2 * scores.Z95 * se <= scores.IMPRECISE_WIDTH:
+        return None
+    return f"{scores.IMPRECISE} (95% interval {2 * scores.Z95 * se:.2f} wide, more than {scores.IMPRECISE_WIDTH:g})"
 
 
 def claim_text(claim: dict) -> str:
@@ -61,15 +70,20 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
         lines.append(f"{'utility.' + name + marker:<34}{shown:>10}")
     for attack, metrics in result.attacks.items():
         for name, value in metrics.items():
-            lines.append(f"{'attack.' + attack + '.' + name:<34}{_fmt(value, name):>10}")
-        lines.append(f"{'privacy.' + attack:<34}{_score(result.privacy.get(attack), result.privacy_flags.get(attack)):>10}")
+            if not name.startswith("privacy_se"):
+                lines.append(f"{'attack.' + attack + '.' + name:<34}{_fmt(value, name):>10}")
+        privacy, flag = result.privacy.get(attack), result.privacy_flags.get(attack)
+        lines.append(f"{'privacy.' + attack:<33} {_score(privacy, flag, metrics.get('privacy_se')):>10}")
         for target, why in sorted(result.privacy_flags.items()):
-            if target.startswith(attack + "."):
-                lines.append(f"{'  flag ' + target:<34}{why:>10}")
+            if target.startswith(attack + ".") or (target == attack and privacy is not None):
+                lines.append(f"{'  flag ' + target:<33} {why:>10}")
     for attack, why in result.skipped_attacks.items():
         lines.append(f"{'attack.' + attack:<34}{'skipped':>10}  ({why})")
     if result.attacks:
-        lines.append(f"{'privacy_score':<34}{_score(result.privacy_score, 'every attack too weak'):>10}")
+        se = result.privacy_score_se
+        lines.append(f"{'privacy_score':<34}{_score(result.privacy_score, 'every attack too weak', se):>10}")
+        if result.privacy_score is not None and _imprecise(se):
+            lines.append(f"{'  flag privacy_score':<34}{_imprecise(se):>10}")
     for name, value in result.release_metrics.items():
         lines.append(f"{'release.' + name:<34}{_fmt(value):>10}")
     claim = result.claim
@@ -87,8 +101,9 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
     if chain:
         native = chain["native"]["median"]
         upscaled = f"; {chain['upscaled']} upscaled before the mechanism" if chain.get("upscaled") else ""
+        channels = {1: ", 1 channel", 3: ", 3 channels"}.get(chain.get("channels"), "")
         lines.append(f"images: native {native[0]}x{native[1]} (median) -> stored {chain['stored'][0]}x"
-                     f"{chain['stored'][1]} (the mechanism runs here) -> task input {chain['task_input'][0]}x"
+                     f"{chain['stored'][1]}{channels} (the mechanism runs here) -> task input {chain['task_input'][0]}x"
                      f"{chain['task_input'][1]}{upscaled}")
     if result.groups:
         lines += ["", format_groups(result.groups)]
@@ -98,7 +113,8 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
         lines.append("  stages: " + ", ".join(f"{stage} {result.stage_seconds[stage]:.1f} s" for stage in stages))
     if run_id:
         lines.append(f"logged: MLflow run {run_id}" + (f" in {where}" if where else ""))
-    lines.append("(* primary utility metric; privacy = 1 - retained attack advantage over chance)")
+    lines.append("(* primary utility metric; privacy = 1 - retained attack advantage over chance, ± its standard "
+                 "error)")
     return "\n".join(lines)
 
 

@@ -33,19 +33,26 @@ class Result:
             protection (its clean advantage over chance is not significant).
         privacy_score: Worst (lowest) defined privacy score over the attacks (the strongest
             known attack); None without attacks or when every attack is too weak.
+        privacy_score_se: Standard error of ``privacy_score``: that of the attack (or attack
+            part) that sets it (:meth:`bench.outcomes.AttackOutcome.privacy_se`); each attack's
+            own is ``attacks[name]["privacy_se"]``. None where unknown, and in results written
+            before it was recorded.
         claim: The mechanism's formal claim as a dict, or None.
         training_claim: The task's training claim (DP-SGD's, for its training records) as a
             dict, or None; never merged with ``claim``.
         release_metrics: Facts measured while releasing (MTCNN recall against the dataset's boxes).
         privacy_flags: ``attack`` or ``attack.target`` -> why its score is undefined
-            (``attack too weak``).
+            (``attack too weak``), or why a defined one is coarse (``imprecise``: its 95%
+            interval is wider than :data:`bench.scores.IMPRECISE_WIDTH`).
         skipped_attacks: Adversaries of the cell that did not run -> why (the data lacks
             what they need, such as face identities); ``privacy_score`` is over the others.
         eval_split: The split utility and attacks were measured on (``test``; ``val``
             for tuning cells, which never enter a board).
         images: The size chain: ``native`` sizes read (min/median/max), ``stored`` (where
-            the mechanism ran), ``task_input`` (what the task's networks see) and
-            ``upscaled`` (images enlarged before the mechanism).
+            the mechanism ran), ``release_shape`` ([channels, height, width] the mechanism
+            ran at) and ``channels``, ``task_input`` (what the task's networks see, resized
+            after the release), ``upscaled`` (images enlarged before the mechanism) with
+            ``upscaled_examples`` and the loader's ``size_option`` where the loader reports them.
         groups: Utility and attacks per demographic group, with sizes, CIs, the largest
             gap per attribute and the worst group's privacy (:func:`bench.groups.cell_groups`);
             empty where the data labels no demographic attribute.
@@ -106,6 +113,7 @@ class Result:
     protocol: str = ""
     data_reads: list[dict[str, Any]] | None = None
     stage_seconds: dict[str, float] | None = None
+    privacy_score_se: float | None = None
     schema: int = RESULT_SCHEMA
 
     @property

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from bench import bounds, curves, mechanism_guard, precision, scores
+from bench.attribute_checks import check_attributes
 from bench.cells import cell_key, protocol_key
 from bench.config import PROFILES, did_you_mean
 from bench.datasets.base import ImageSet, Splits, load_dataset, load_public, recording_reads
@@ -25,6 +26,7 @@ from bench.progress import StageClock
 from bench.provenance import git_sha, hardware, versions
 from bench.groups import MIN_GROUP_SIZE, cell_groups
 from bench.interfaces import AttackOutcome, Mechanism, Release, Result, RunContext, Task
+from bench.outcomes import attack_errors, imprecise_flags, privacy_score_se
 from bench.registry import attacks as attack_registry
 from bench.registry import datasets as dataset_registry
 from bench.registry import mechanisms as mechanism_registry
@@ -152,7 +154,8 @@ def plan(config: RunConfig) -> Plan:
     task = task_cls(config.profile, config.overrides.get("task"))
     attack_names = config.attacks if config.attacks is not None else task_cls.attacks
     declared = getattr(task_cls, "benchmark", None)
-    attacks = {name: attack_registry.get(name)(config.profile, declared.settings_of(name, config.overrides.get(name))
+    attacks = {name: attack_registry.get(name)(config.profile, declared.settings_of(name, config.overrides.get(name),
+                                                                                    config.profile)
                                                if declared is not None else config.overrides.get(name))
                for name in attack_names}
     device = resolve_device(config.device)
@@ -177,6 +180,7 @@ def plan(config: RunConfig) -> Plan:
     cropped = face_crop_attacks(task_cls)
     for name, attack in attacks.items():
         attack.check_data(None if name in cropped else shape, config.split)
+    check_attributes(task, attacks, shape)
     options: dict[str, Any] = {"overrides": config.overrides, "attacks": list(attack_names),
                                "protocol": protocol_key(task, attacks)}
     if config.split != "test":
@@ -235,10 +239,9 @@ def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., An
         clean = cell_data(plan_)
     chain = image_chain(clean, plan_.task)
     if chain["upscaled"]:
-        print(f"bench: warning: {chain['upscaled']} {plan_.task.dataset} image(s) were upscaled to "
-              f"{chain['stored'][0]}x{chain['stored'][1]} before the mechanism ran (smallest native "
-              f"{chain['native']['min'][0]}x{chain['native']['min'][1]}): the mechanism sees interpolated pixels",
-              file=sys.stderr, flush=True)
+        from bench.datasets.storage import upscaling_warning
+
+        print(f"bench: warning: {upscaling_warning(chain, plan_.task.dataset)}", file=sys.stderr, flush=True)
     log(f"releasing {plan_.task.dataset} through {cfg.mechanism}")
     boxes = cfg.overrides.get("release", {}).get("boxes", "dataset")
 
@@ -268,14 +271,15 @@ def _compute(plan_: Plan, log: Callable[[str], None], progress: Callable[..., An
                     outcomes[name] = attack.run(clean, release, ctx)
     groups = result_groups(ctx, outcomes, type(plan_.task).primary)
     privacy = {name: o.privacy() for name, o in outcomes.items()}
-    flags = attack_flags(outcomes)
+    flags = {**attack_flags(outcomes), **imprecise_flags(outcomes)}
     training_claim = plan_.task.training_claim(clean)
     result = Result(
         cell_key=plan_.key, task=cfg.task, dataset=plan_.task.dataset, mechanism=cfg.mechanism,
         mechanism_version=type(plan_.mechanism).version, params=dict(plan_.mechanism.config), seed=cfg.seed,
         profile=cfg.profile, utility=utility, primary_metric=type(plan_.task).primary,
-        attacks={name: dict(o.metrics) for name, o in outcomes.items()}, privacy=privacy,
-        privacy_score=scores.worst(privacy.values()), privacy_flags=flags, eval_split=cfg.split,
+        attacks=attack_errors(outcomes, {name: type(plan_.attacks[name]).primary for name in outcomes}),
+        privacy=privacy, privacy_score=scores.worst(privacy.values()), privacy_score_se=privacy_score_se(outcomes),
+        privacy_flags=flags, eval_split=cfg.split,
         claim=release.claim.to_dict() if release.claim else None,
         runtime_s=time.perf_counter() - started, versions={**versions(), "kernels": release.kernels,
                                                            "precision": cfg.precision, **hardware(plan_.device)},
@@ -333,8 +337,14 @@ def image_chain(clean: Splits, task: Task) -> dict[str, Any]:
     reported = clean.info.get("images") or {}
     native = reported.get("native") or {"min": stored, "median": stored, "max": stored}
     task_input = task.input_size()
-    return {"native": native, "stored": stored, "mechanism_at": "stored",
-            "task_input": list(task_input) if task_input else stored, "upscaled": int(reported.get("upscaled", 0))}
+    chain = {"native": native, "stored": stored, "mechanism_at": "stored",
+             "release_shape": [int(first.shape[1]), *stored], "channels": int(first.shape[1]),
+             "task_input": list(task_input) if task_input else stored, "upscaled": int(reported.get("upscaled", 0))}
+    kept = clean.info.get("storage")
+    if kept:
+        chain["upscaled_examples"] = list(kept.get("upscaled_examples", []))
+        chain["size_option"] = list(kept["target"])
+    return chain
 
 
 def result_groups(ctx: RunContext, outcomes: dict[str, AttackOutcome], primary: str) -> dict[str, Any]:

@@ -23,6 +23,15 @@ ALPHA = 0.01
 TOO_WEAK = "attack too weak"
 """The flag of an attack (or attack part) whose clean advantage is not significant."""
 
+IMPRECISE = "imprecise"
+"""The flag of a defined score whose 95% interval is wider than ``IMPRECISE_WIDTH``."""
+
+IMPRECISE_WIDTH = 0.2
+"""The widest 95% interval of a privacy score that is not flagged ``imprecise``."""
+
+Z95 = 1.959963984540054
+"""The two-sided 95% normal quantile."""
+
 
 def binomial_sf(successes: int, trials: int, p: float) -> float:
     """Returns P[X >= successes] for X ~ Binomial(trials, p), exactly.
@@ -92,6 +101,69 @@ def privacy_score(value: float, clean: float, chance: float, trials: int | None 
         return None
     retained = min(max((value - chance) / (clean - chance), 0.0), 1.0)
     return 1.0 - retained
+
+
+def proportion_se(fraction: float, trials: int | None) -> float | None:
+    """Returns the binomial standard error of a fraction of ``trials`` (Agresti-Coull, never 0).
+
+    The Wald error ``sqrt(p (1 - p) / n)`` is 0 at p = 0 or 1, which would call a top-1 of
+    40 / 40 exact; adding z^2 / 2 successes and failures (Agresti and Coull, 1998) keeps it
+    honest there and equals the Wald error for large n.
+
+    Args:
+        fraction: Successes / trials, in [0, 1].
+        trials: How many independent trials; None or 0: unknown (returns None).
+    """
+    if not trials or not math.isfinite(fraction):
+        return None
+    n = trials + Z95 ** 2
+    p = (fraction * trials + Z95 ** 2 / 2) / n
+    return math.sqrt(p * (1.0 - p) / n)
+
+
+def score_interval(value: float, clean: float, chance: float, value_se: float | None,
+                   clean_se: float | None) -> tuple[float, float] | None:
+    """Returns the 95% interval of ``1 - (value - chance) / (clean - chance)``, cut to [0, 1].
+
+    The delta method through ``retained = (v - c) / (v_clean - c)``, with ``v`` and
+    ``v_clean`` taken as independent (they are measured on the same probes and positively
+    correlated, so this errs wide) and the chance rate ``c`` as known:
+    ``se(retained)^2 = se_v^2 / (v_clean - c)^2 + (v - c)^2 se_clean^2 / (v_clean - c)^4``.
+    The score is clipped to [0, 1], and so is its interval: the unclipped score plus or
+    minus 1.96 standard errors, cut to [0, 1] (a clipping map is monotone, so the cut interval
+    covers the clipped score as the unclipped one covers the unclipped score).
+
+    Returns:
+        (low, high), or None when a standard error is unknown or the clean advantage is 0.
+    """
+    if value_se is None or clean_se is None or not clean > chance:
+        return None
+    span = clean - chance
+    retained = (value - chance) / span
+    se = math.sqrt(value_se ** 2 / span ** 2 + (value - chance) ** 2 * clean_se ** 2 / span ** 4)
+    if not math.isfinite(se):
+        return None
+    score = 1.0 - retained
+    return max(0.0, min(1.0, score - Z95 * se)), max(0.0, min(1.0, score + Z95 * se))
+
+
+def interval_se(interval: tuple[float, float] | None) -> float | None:
+    """Returns the standard error a 95% interval stands for: its width / (2 x 1.96).
+
+    For a score inside (0, 1) whose interval is not cut this is the delta-method error; a
+    clipped score's (at 0 or 1) is half its cut interval's, so ``score ± se`` never leaves
+    [0, 1] by much and a wide interval still reads as a large error.
+    """
+    if interval is None:
+        return None
+    return (interval[1] - interval[0]) / (2 * Z95)
+
+
+def imprecise_flag(interval: tuple[float, float] | None, width: float = IMPRECISE_WIDTH) -> str | None:
+    """Returns the ``imprecise`` flag of a score whose 95% interval is wider than ``width``, else None."""
+    if interval is None or interval[1] - interval[0] <= width:
+        return None
+    return f"{IMPRECISE} (95% interval {interval[0]:.2f}-{interval[1]:.2f} is wider than {width:g})"
 
 
 def worst(scores: Iterable[float | None]) -> float | None:

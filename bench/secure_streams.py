@@ -285,7 +285,7 @@ class SecureStreams(Streams):
 
 
 def tail_delta(
-    mechanism: Mechanism, claim: PrivacyClaim | None, size: tuple[int, int], drawn: DrawTally
+    mechanism: Mechanism, claim: PrivacyClaim | None, size: tuple[int, int], drawn: DrawTally, channels: int = 3
 ) -> tuple[float, str]:
     """Returns the delta the samplers' clamps add to a claim at one image size, and why.
 
@@ -299,10 +299,11 @@ def tail_delta(
         claim: Its claim, or None.
         size: (height, width) of the images.
         drawn: Values drawn per image.
+        channels: Channels of the images (1 grey, 3 RGB).
     """
     if claim is None:
         return 0.0, "no formal claim"
-    exposure = laplace_exposure(mechanism, size)
+    exposure = laplace_exposure(mechanism, size, channels)
     if exposure is None:
         return (coupling_delta(claim.epsilon, drawn.coupling_mass()),
                 f"coupling bound over {drawn.laplace} Laplace and {drawn.normal} normal values per image")
@@ -331,11 +332,11 @@ class LaplaceExposure(NamedTuple):
     margin: float
 
 
-def laplace_exposure(mechanism: Mechanism, size: tuple[int, int]) -> LaplaceExposure | None:
-    """Returns the exposure of a built-in Laplace mechanism on RGB images of ``size``, or None.
+def laplace_exposure(mechanism: Mechanism, size: tuple[int, int], channels: int = 3) -> LaplaceExposure | None:
+    """Returns the exposure of a built-in Laplace mechanism on images of ``size`` and ``channels``, or None.
 
-    dp_pix: m changed pixels move at most m cells of each of the 3 channels, a cell by at
-    most epsilon/3 scales (all m pixels in it). image_dp: every level of every cell may
+    dp_pix: m changed pixels move at most m cells of each of the C channels, a cell by at
+    most epsilon/C scales (all m pixels in it). image_dp: every level of every cell may
     move, by at most L - 1 levels. dp_latent: every component, by at most epsilon/d scales,
     clipped to its bounds (scale and span in units of the clip width).
     """
@@ -347,13 +348,14 @@ def laplace_exposure(mechanism: Mechanism, size: tuple[int, int]) -> LaplaceExpo
     height, width = size
     if name == "dp_pix":
         cells = math.ceil(height / cfg["block"]) * math.ceil(width / cfg["block"])
-        return LaplaceExposure(min(cfg["m"], cells) * 3, cfg["epsilon"] / 3, mechanism.noise_scale(3), 255.0, 0.5)
+        return LaplaceExposure(min(cfg["m"], cells) * channels, cfg["epsilon"] / channels,
+                               mechanism.noise_scale(channels), 255.0, 0.5)
     if name == "image_dp" and cfg["epsilon"] is not None:
         if mechanism.levels == 1:
             return LaplaceExposure(0, 0.0, 0.0, 0.0, 0.0)
         scale = mechanism.noise_scale(height, width)
         cells = math.ceil(height / cfg["block"]) * math.ceil(width / cfg["block"])
-        return LaplaceExposure(cells * 3, (mechanism.levels - 1) / scale, scale, mechanism.levels - 1.0, 0.5)
+        return LaplaceExposure(cells * channels, (mechanism.levels - 1) / scale, scale, mechanism.levels - 1.0, 0.5)
     if name == "dp_latent":
         dims = int(mechanism.lower.numel())
         return LaplaceExposure(dims, cfg["epsilon"] / dims, dims / cfg["epsilon"], 1.0, 0.0)

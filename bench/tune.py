@@ -31,6 +31,7 @@ from bench import precision
 from bench.cells import content_key
 from bench.errors import BenchError
 from bench.grid import Cell, CellOutcome, cell_label
+from bench.tune_cost import TUNING_COST_TAG, charges_training, tuning_cost_note
 from bench.tune_storage import (
     CELL_KEY, OVER_BUDGET, REPEAT_OF, WORKER, check_storage, counted_trials, evaluated_trial, fail_dead_trials,
     open_storage, resumed_seed, space_exhausted, uses_budget, worker_id,
@@ -307,6 +308,9 @@ class Selected:
         val_privacy: Privacy on the validation split.
         test: The test cell's outcome.
         settings: The task settings searched with them (``training.epsilon``), if any.
+        tuning_cost: Where the test cell trains with DP-SGD: that the study's selection,
+            made on models trained on the private records, is not in its ε
+            (:func:`tuning_cost_note`, also the run's :data:`TUNING_COST_TAG`); else "".
     """
 
     params: dict[str, Any]
@@ -315,6 +319,7 @@ class Selected:
     val_privacy: float
     test: CellOutcome
     settings: dict[str, Any] = field(default_factory=dict)
+    tuning_cost: str = ""
 
 
 def run_selected_on_test(config: TuneConfig, study: "optuna.Study",
@@ -322,7 +327,9 @@ def run_selected_on_test(config: TuneConfig, study: "optuna.Study",
     """Runs each configuration of the study's Pareto set once on the test split, as an ordinary cell.
 
     Cells that already have a FINISHED run are reused (another worker may have run them).
-    The runs are tagged ``bench.selected_by`` with the study's name.
+    The runs are tagged ``bench.selected_by`` with the study's name, and those that train
+    with DP-SGD :data:`TUNING_COST_TAG` with :func:`tuning_cost_note` (reused ones too: the
+    selection is what costs), which the leaderboard shows beside their training claim.
 
     Args:
         config: The study.
@@ -336,6 +343,7 @@ def run_selected_on_test(config: TuneConfig, study: "optuna.Study",
     from bench.runner import plan
 
     tracker = open_tracker(config.base.results_dir, config.base.tracking_uri)
+    note = tuning_cost_note(config.name, counted_trials(study), full_space(config.base))
     selected = []
     for row in pareto_rows(study):
         chosen = {k: rounded(v) for k, v in row["params"].items()}
@@ -346,9 +354,12 @@ def run_selected_on_test(config: TuneConfig, study: "optuna.Study",
         outcome = execute_cell(Cell(cfg, planned.key, cell_label(cfg)), config.plugin_files)
         if outcome.status == "done":
             tracker.client.set_tag(outcome.run_id, "bench.selected_by", config.name)
+        cost = note if charges_training(outcome.result) else ""
+        if cost and outcome.run_id:
+            tracker.client.set_tag(outcome.run_id, TUNING_COST_TAG, cost)
         on_cell(outcome)
         selected.append(Selected(dict(cfg.params), row["trials"], row["utility"], row["privacy"], outcome,
-                                 task_part(chosen)))
+                                 task_part(chosen), cost))
     return selected
 
 
@@ -389,3 +400,8 @@ def pareto_rows(study: "optuna.Study") -> list[dict[str, Any]]:
         rows[key] = {"trials": [t.number], "utility": t.values[0], "privacy": t.values[1], "params": dict(t.params),
                      "run_id": t.user_attrs.get("run_id", "")}
     return sorted(rows.values(), key=lambda r: (-r["utility"], -r["privacy"], r["trials"][0]))
+
+
+from bench._callable import callable_module  # noqa: E402
+
+callable_module(__name__, "tune")  # bench.tune(...) is the Python API's (bench/api_sweeps.py)

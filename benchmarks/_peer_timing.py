@@ -6,7 +6,9 @@ import multiprocessing
 import os
 import time
 
-import bench  # noqa: F401  # first, as the CLI imports it: torch then puts large tensors on huge pages
+import bench
+
+bench.tune_allocator()  # before torch, as the CLI does: torch then puts large tensors on huge pages
 import numpy as np
 import torch
 

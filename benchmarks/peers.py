@@ -59,7 +59,9 @@ from typing import Callable
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-import bench  # noqa: F401  # first, as the CLI imports it: torch then puts large tensors on huge pages
+import bench
+
+bench.tune_allocator()  # before torch, as the CLI does: torch then puts large tensors on huge pages
 import numpy as np
 import PIL
 import torch

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from leaderboard.cells import average_reruns, cells_frame
+from leaderboard.cells import TUNING_NOT_IN_EPSILON, average_reruns, cells_frame
 from leaderboard.declare import Declaration, DeclaredCell
 from leaderboard.pareto import hypervolume_2d
 from leaderboard.protocol import MIN_SEEDS, TEST_SPLIT, BoardKey
@@ -31,7 +31,8 @@ from leaderboard.stats import (
 )
 from leaderboard.verification import VERIFIED, audit_text
 
-__all__ = ["Board", "Leaderboard", "Standing", "build_leaderboard", "RANKED", "TUNING", "UNDECLARED"]
+__all__ = ["Board", "Leaderboard", "Standing", "build_leaderboard", "NOISE_UNKNOWN", "RANKED", "TUNING", "UNDECLARED",
+           "WITHHELD"]
 
 RANKED = "ranked"
 TUNING = "tuning cell (validation split)"
@@ -39,6 +40,11 @@ UNDECLARED = "not a declared configuration"
 NOT_IN_ENTRY = "not declared by its entry"
 NO_CLAIM = "none"
 EMPIRICAL_ONLY = "empirical only"
+WITHHELD = "WITHHELD"
+"""Marks a claim type whose claim does not cover a released split (never a formal claim)."""
+NOISE_UNKNOWN = "the interval ignores within-seed privacy noise"
+"""The note of an entry with scored cells whose results record no ``privacy_score_se``."""
+HV_RANGE_TEXT = "[0, 1]"
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,10 @@ class Standing:
             "" without a formal claim).
         verification: ``verified``, or ``unverified: <why>`` (an entry file the board cannot
             verify: never ranked).
+        notes: What its interval and claims rest on where a reader could take them for more:
+            an interval clipped to the hypervolume's range, cells whose within-seed privacy
+            noise is unknown (:data:`NOISE_UNKNOWN`), a withheld claim, DP-SGD settings tuned
+            on the private records.
     """
 
     name: str
@@ -88,6 +98,7 @@ class Standing:
     tied_with: tuple[str, ...] = ()
     audit: str = ""
     verification: str = VERIFIED
+    notes: tuple[str, ...] = ()
 
     @property
     def ranked(self) -> bool:
@@ -228,7 +239,7 @@ def _standing(key: BoardKey, declaration: Declaration, cells: pd.DataFrame) -> t
         if set(seed_cells["configuration"]) != configurations:
             continue
         points = seed_cells[["utility", "privacy"]].to_numpy(dtype=float)
-        errors = np.stack([seed_cells["utility_se"].to_numpy(dtype=float), np.zeros(len(seed_cells))], axis=1)
+        errors = seed_cells[["utility_se", "privacy_se"]].to_numpy(dtype=float)
         usable = np.isfinite(points).all(axis=1)
         points, errors = np.clip(points[usable], 0.0, 1.0), errors[usable]
         hypervolumes[seed] = hypervolume_2d(points) if len(points) else 0.0
@@ -240,7 +251,7 @@ def _standing(key: BoardKey, declaration: Declaration, cells: pd.DataFrame) -> t
     estimate = None
     if complete:
         estimate = mean_estimate([hypervolumes[s] for s in complete], [seed_noise[s] for s in complete],
-                                 seed=stable_seed("estimate", key.id, declaration.name))
+                                 seed=stable_seed("estimate", key.id, declaration.name), bounds=(0.0, 1.0))
     standing = Standing(
         name=declaration.name, source=declaration.source, mechanism=declaration.mechanism, suite=declaration.suite,
         claim_type=_claim_type(cells), configurations=len(configurations), declared_seeds=tuple(declaration.seeds),
@@ -248,8 +259,30 @@ def _standing(key: BoardKey, declaration: Declaration, cells: pd.DataFrame) -> t
         runs=int(cells["runs"].sum()), flagged=flagged, status=status,
         audit=audit_text(cells["audit"]) if "audit" in cells else "",
         verification=f"unverified: {declaration.unverified}" if declaration.unverified else VERIFIED,
+        notes=_notes(cells, complete, estimate),
     )
     return standing, seed_noise
+
+
+def _notes(cells: pd.DataFrame, complete: tuple[int, ...], estimate: Estimate | None) -> tuple[str, ...]:
+    """What an entry's interval and claims rest on, where a reader could take them for more."""
+    notes = []
+    if estimate is not None and estimate.clipped:
+        notes.append(f"95% CI clipped to {HV_RANGE_TEXT}: the t-interval reached outside the range a hypervolume "
+                     "can take")
+    scored = cells[cells["seed"].isin(complete) & cells["privacy"].notna()]
+    unknown = int(scored["privacy_se"].isna().sum()) if "privacy_se" in scored else len(scored)
+    if unknown:
+        notes.append(f"{NOISE_UNKNOWN} for {unknown} of {len(scored)} scored cells (their results record no "
+                     "privacy_score_se)")
+    withheld = sorted({w for w in cells.get("withheld", pd.Series(dtype=str)) if w})
+    if withheld:
+        notes.append(f"claim withheld for {'; '.join(withheld)} (the mechanism fitted on it, no public data): "
+                     "not a formal claim")
+    if any(cells.get("tuning_cost", pd.Series(dtype=str)).astype(bool)):
+        notes.append(f"DP-SGD settings selected by 'bench tune' on the private records: the {TUNING_NOT_IN_EPSILON} "
+                     "(Papernot & Steinke 2022)")
+    return tuple(notes)
 
 
 def _data_problem(complete: tuple[int, ...], flagged: int, cells: int) -> str:
@@ -277,8 +310,11 @@ def _comparisons(key: BoardKey, ranked: list[Standing], noise: Mapping[str, dict
 
 
 def _claim_type(cells: pd.DataFrame) -> str:
+    """The entry's claim units; a withheld claim reads ``<unit>, WITHHELD for <splits>`` (never a formal type)."""
     claimed = cells[cells["epsilon"].notna()]
-    units = sorted({unit or "unnamed unit" for unit in claimed["unit"]})
+    withheld = claimed["withheld"] if "withheld" in claimed else pd.Series("", index=claimed.index)
+    units = sorted({(unit or "unnamed unit") + (f", {WITHHELD} for {w}" if w else "")
+                    for unit, w in zip(claimed["unit"], withheld)})
     training = sorted({_training_type(label) for label in cells["training_claim"] if label})
     if units or training:
         return "; ".join(units + training)
@@ -286,9 +322,14 @@ def _claim_type(cells: pd.DataFrame) -> str:
 
 
 def _training_type(label: str) -> str:
-    """``training record (DP-SGD)``, ``training: non-private`` or ``training record (DP-SGD), UNBACKED``."""
+    """``training record (DP-SGD)``, ``training: non-private`` or ``training record (DP-SGD), UNBACKED``.
+
+    A claim whose settings were tuned on the private records adds ``, tuning cost not in ε``.
+    """
     if "UNBACKED" in label:
         return "training record (DP-SGD), UNBACKED"
     if label.endswith("non-private"):
         return "training: non-private"
+    if label.endswith(f"({TUNING_NOT_IN_EPSILON})"):
+        return f"training record (DP-SGD), {TUNING_NOT_IN_EPSILON}"
     return "training record (DP-SGD)"

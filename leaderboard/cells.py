@@ -20,6 +20,7 @@ __all__ = [
     "cells_frame",
     "claim_label",
     "hardware_label",
+    "withheld_text",
     "most_common",
     "params_label",
     "training_claim_label",
@@ -50,14 +51,17 @@ CELL_COLUMNS = [
     "utility",
     "utility_se",
     "privacy",
+    "privacy_se",
     "flag",
     "flag_detail",
     "epsilon",
     "delta",
     "unit",
+    "withheld",
     "claim_label",
     "audit",
     "training_claim",
+    "tuning_cost",
     "source",
     "run_id",
     "cell_key",
@@ -111,18 +115,42 @@ def params_label(params: Any) -> str:
     return ", ".join(parts)
 
 
-def claim_label(epsilon: float, delta: float, unit: str) -> str:
-    """Formats a formal claim as ``eps=3 [unit]`` (with delta when it is not zero)."""
+def withheld_text(withheld: Any) -> str:
+    """Returns the splits a claim is withheld for, ``train`` or ``train, val`` ("" for none)."""
+    if isinstance(withheld, str):
+        return withheld
+    if isinstance(withheld, (list, tuple)):
+        return ", ".join(str(split) for split in withheld)
+    return ""
+
+
+def claim_label(epsilon: float, delta: float, unit: str, withheld: str = "") -> str:
+    """Formats a claim as ``eps=3 [unit]`` (with delta when it is not zero).
+
+    Args:
+        epsilon: The claimed epsilon (NaN: no claim, "").
+        delta: Its delta.
+        unit: Its unit.
+        withheld: The splits it is withheld for (:func:`withheld_text`): the label then ends
+            ``(withheld for train)``, as ``bench run`` prints it, and is no formal claim.
+    """
     if math.isnan(epsilon):
         return ""
     delta_part = f", delta={delta:g}" if delta and not math.isnan(delta) else ""
-    return f"eps={epsilon:g}{delta_part} [{unit}]" if unit else f"eps={epsilon:g}{delta_part}"
+    text = f"eps={epsilon:g}{delta_part} [{unit}]" if unit else f"eps={epsilon:g}{delta_part}"
+    return f"{text} (withheld for {withheld})" if withheld else text
 
 
-def training_claim_label(claim: dict[str, Any] | None) -> str:
+TUNING_NOT_IN_EPSILON = "tuning cost not in ε"
+"""Marks a training claim whose DP-SGD settings a tuning study selected on the private records."""
+
+
+def training_claim_label(claim: dict[str, Any] | None, tuning_cost: str = "") -> str:
     """Formats a training claim: ``DP-SGD(flat, ε=3): eps=3, delta=1e-05 [training record (DP-SGD)]``.
 
     A claim the code cannot back reads ``UNBACKED (nominal eps=3 ...)``: never a plain epsilon.
+    One whose settings ``bench tune`` selected on the private records (``tuning_cost``, the
+    run's ``bench.tuning_cost`` tag) ends ``(tuning cost not in ε)``.
     """
     if not claim:
         return ""
@@ -130,6 +158,8 @@ def training_claim_label(claim: dict[str, Any] | None) -> str:
     text = claim_label(epsilon, delta, _text(claim.get("unit"))) if math.isfinite(epsilon) else "non-private"
     if not claim.get("backed", True):
         text = f"UNBACKED (nominal {text})"
+    if tuning_cost and math.isfinite(epsilon):
+        text = f"{text} ({TUNING_NOT_IN_EPSILON})"
     method = _text(claim.get("method"))
     return f"{method}: {text}" if method else text
 
@@ -143,15 +173,16 @@ def _utility(row: pd.Series) -> tuple[str, float, float]:
     return metric, _number(utility.get(metric)), half_width / 1.96 if half_width > 0 else math.nan
 
 
-def _privacy(row: pd.Series) -> tuple[float, str, str]:
-    """Returns (privacy score or NaN, flag, detail of flagged attack targets)."""
+def _privacy(row: pd.Series) -> tuple[float, float, str, str]:
+    """Returns (privacy score or NaN, its standard error or NaN when not recorded, flag, detail of flagged targets)."""
     score = _number(row.get("privacy_score"))
     flags = _mapping(row.get("privacy_flags")) or {}
     detail = "; ".join(f"{target}: {why}" for target, why in sorted(flags.items()))
     if math.isfinite(score):
-        return score, "", detail
+        se = _number(row.get("privacy_score_se"))
+        return score, se if se >= 0 else math.nan, "", detail
     attacks = _mapping(row.get("attacks"))
-    return math.nan, (NO_ADVERSARY if attacks is not None and not attacks else TOO_WEAK), detail
+    return math.nan, math.nan, (NO_ADVERSARY if attacks is not None and not attacks else TOO_WEAK), detail
 
 
 def _groups(row: pd.Series) -> tuple[dict[str, Any], float, str]:
@@ -222,7 +253,11 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
         A frame with :data:`CELL_COLUMNS`: ``utility`` is the primary metric and
         ``utility_se`` its standard error from the logged 95% CI (NaN without one);
         ``privacy`` is the privacy score, NaN when undefined, in which case ``flag``
-        says why (``attack too weak`` or ``no adversary``); ``board`` is the id of the
+        says why (``attack too weak`` or ``no adversary``); ``privacy_se`` its standard
+        error within the run (``Result.privacy_score_se``; NaN when the result does not
+        record one); ``withheld`` the splits the mechanism's claim is withheld for ("" for
+        none; such a claim is no formal claim); ``tuning_cost`` the run's
+        ``bench.tuning_cost`` tag ("" for none); ``board`` is the id of the
         cell's :class:`~leaderboard.protocol.BoardKey` (``board_key``); ``groups`` is
         ``Result.groups`` (``{}`` without demographic results), ``audit`` the verdict of the
         audit of its claim (an entry's ``audit`` record; ``not audited`` for a claim without
@@ -242,13 +277,15 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, row in df.iterrows():
         metric, utility, utility_se = _utility(row)
-        privacy, flag, detail = _privacy(row)
+        privacy, privacy_se, flag, detail = _privacy(row)
         claim = _mapping(row.get("claim")) or {}
         epsilon = _number(claim.get("epsilon")) if claim else math.nan
         delta = _number(claim.get("delta", 0.0)) if claim else math.nan
         unit = _text(claim.get("unit")) if claim else ""
+        withheld = withheld_text(claim.get("withheld"))
         params = _mapping(row.get("params")) or {}
-        training = training_claim_label(_mapping(row.get("training_claim")))
+        tuning_cost = _text(row.get("tuning_cost"))
+        training = training_claim_label(_mapping(row.get("training_claim")), tuning_cost)
         key = _board(row)
         groups, worst_privacy, worst_group = _groups(row)
         rows.append({
@@ -259,10 +296,12 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
             "params": params, "params_label": params_label(params), "configuration": canonical_params(params),
             "seed": _number(row.get("seed")), "split": _text(row.get("eval_split"), "test"),
             "metric": metric, "utility": utility, "utility_se": utility_se, "privacy": privacy,
-            "flag": flag, "flag_detail": detail, "epsilon": epsilon, "delta": delta, "unit": unit,
-            "claim_label": "; ".join(x for x in (claim_label(epsilon, delta, unit), training and f"training: {training}") if x),
+            "privacy_se": privacy_se, "flag": flag, "flag_detail": detail, "epsilon": epsilon, "delta": delta,
+            "unit": unit, "withheld": withheld,
+            "claim_label": "; ".join(x for x in (claim_label(epsilon, delta, unit, withheld),
+                                                 training and f"training: {training}") if x),
             "audit": _text(row.get("audit")) or (NOT_AUDITED if claim else ""),
-            "training_claim": training, "source": _text(row.get("source"), "local"),
+            "training_claim": training, "tuning_cost": tuning_cost, "source": _text(row.get("source"), "local"),
             "run_id": _text(row.get("run_id")), "cell_key": _text(row.get("cell_key")),
             "groups": groups, "worst_group_privacy": worst_privacy, "worst_group": worst_group,
             "hardware": hardware_label(row),
@@ -281,12 +320,21 @@ def most_common(values: Any) -> tuple[str, int]:
     return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+def _mean_se(errors: pd.Series) -> float:
+    """Standard error of the mean of measurements with these errors (NaN when none, or any unknown)."""
+    values = errors.to_numpy(dtype=float)
+    if len(values) == 0 or not np.all(np.isfinite(values)):
+        return math.nan
+    return float(math.sqrt(np.sum(values**2)) / len(values))
+
+
 def average_reruns(cells: pd.DataFrame, by: tuple[str, ...] = ("board", "cell_key")) -> pd.DataFrame:
     """Averages the runs of each cell (one board, one cell key) into one row.
 
     Re-runs of a configuration with one seed are repeated measurements of one point, never
     extra points. Utility is their mean, with standard error ``sqrt(sum se^2) / m``;
-    privacy is the mean of the defined scores; a cell whose every run is flagged stays
+    privacy is the mean of the defined scores, with standard error ``sqrt(sum se^2) / m``
+    over them (NaN when any of them records none); a cell whose every run is flagged stays
     flagged, and one flagged in some runs says so in ``flag_detail``. The worst group's
     privacy is likewise the mean of the defined ones, ``worst_group`` the group most
     often worst, ``groups`` the first run's tables that are not empty, and ``hardware``
@@ -307,11 +355,11 @@ def average_reruns(cells: pd.DataFrame, by: tuple[str, ...] = ("board", "cell_ke
         first = group.iloc[0].to_dict()
         runs = len(group)
         defined = group["privacy"].dropna()
-        errors = group["utility_se"].to_numpy(dtype=float)
         first.update({
             "utility": float(group["utility"].mean()),
-            "utility_se": float(math.sqrt(np.sum(errors**2)) / runs) if np.all(np.isfinite(errors)) else math.nan,
+            "utility_se": _mean_se(group["utility_se"]),
             "privacy": float(defined.mean()) if len(defined) else math.nan,
+            "privacy_se": _mean_se(group.loc[defined.index, "privacy_se"]) if "privacy_se" in group else math.nan,
             "flag": "" if len(defined) else first["flag"],
             "run_id": ", ".join(dict.fromkeys(r for r in group["run_id"] if r)),
             "runs": runs,

@@ -142,6 +142,9 @@ def render_markdown(leaderboard: Leaderboard) -> str:
                 markdown_escape(worst_group_text(r.worst_group_privacy, r.worst_group)), markdown_escape(r.status),
             ]) + " |")
         lines.append("")
+        notes = [f"- {markdown_escape(s.name)}: {markdown_escape(note)}" for s in board.standings for note in s.notes]
+        if notes:
+            lines += [*notes, ""]
     return "\n".join(lines)
 
 
@@ -183,7 +186,9 @@ def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
             head += "\n" + terminal_safe(note)
         ties = [f"  tied: {terminal_safe(s.name, width)} is not separated from "
                 f"{', '.join(terminal_safe(n, width) for n in s.tied_with)}" for s in board.standings if s.tied_with]
-        blocks.append("\n".join([head, *_columns(headers, rows, {3, 5, 6, 7, 8}), *ties]))
+        notes = [f"  note: {terminal_safe(s.name, width)}: {terminal_safe(note)}" for s in board.standings
+                 for note in s.notes]
+        blocks.append("\n".join([head, *_columns(headers, rows, {3, 5, 6, 7, 8}), *ties, *notes]))
     return "\n\n".join(blocks) + "\n"
 
 

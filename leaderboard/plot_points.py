@@ -80,16 +80,18 @@ class SeedFrontier:
     points: np.ndarray
 
 
-def claim_text(epsilon: float, unit: str) -> str:
-    """Returns the label of a formal claim, ``ε=3 [m-pixel]`` (4 significant digits), or ``""`` without one.
+def claim_text(epsilon: float, unit: str, withheld: str = "") -> str:
+    """Returns the label of a claim, ``ε=3 [m-pixel]`` (4 significant digits), or ``""`` without one.
 
     Args:
         epsilon: The claimed epsilon (NaN for none).
         unit: The claim's unit (may be empty).
+        withheld: The splits the claim is withheld for: the label then starts ``withheld``.
     """
     if not math.isfinite(epsilon):
         return ""
-    return terminal_safe(f"ε={epsilon:.4g} [{unit}]" if unit else f"ε={epsilon:.4g}", 36)
+    text = f"ε={epsilon:.4g} [{unit}]" if unit else f"ε={epsilon:.4g}"
+    return terminal_safe(f"withheld {text}" if withheld else text, 36)
 
 
 def _configuration(cells: pd.DataFrame) -> tuple[float, float, float, float, int] | None:
@@ -127,7 +129,8 @@ def configuration_points(board: Board) -> tuple[list[PlotPoint], list[dict[str, 
                                 "reason": "no privacy score in any seed"})
                 continue
             x, y, x_ci, y_sd, seeds = stats
-            label = claim_text(float(group["epsilon"].iloc[0]), str(group["unit"].iloc[0] or ""))
+            label = claim_text(float(group["epsilon"].iloc[0]), str(group["unit"].iloc[0] or ""),
+                               str(group["withheld"].iloc[0]) if "withheld" in group else "")
             mine.append(PlotPoint(len(points) + len(mine), standing.name, entry_index, configuration, params,
                                   x, y, x_ci, y_sd, seeds, label))
         front = {tuple(p) for p in frontier(np.array([[p.x, p.y] for p in mine]).reshape(-1, 2))}

@@ -95,11 +95,24 @@ def _text(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
-def settings_label(settings: str) -> str:
-    """Returns canonical settings as one readable line: ``attacks face_reid; task.epochs=3``."""
+def settings_label(settings: str, fingerprint: str = "") -> str:
+    """Returns canonical settings as one readable line: ``attacks face_reid; task.epochs=3``.
+
+    A path (a dataset's ``root`` or ``path``, a weights file) shows as its last part, never
+    as the folders of the machine it ran on: ``task.data.root=people``, followed by the
+    first digits of the data's ``fingerprint`` where it is given (the content it names).
+    """
     data = json.loads(settings)
     attacks = ", ".join(data.get("attacks") or []) or "none"
-    overrides = [f"{section}.{k}={v}" for section, values in sorted(data.get("overrides", {}).items())
+
+    def shown(key: str, value: str) -> str:
+        if "/" not in value and "\\" not in value:
+            return value
+        name = value.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or value
+        is_data = key.rsplit(".", 1)[-1] in ("root", "path") and "data" in key
+        return f"{name} (data {fingerprint[:10]})" if is_data and fingerprint else name
+
+    overrides = [f"{section}.{k}={shown(k, str(v))}" for section, values in sorted(data.get("overrides", {}).items())
                  for k, v in sorted(values.items())]
     return f"attacks: {attacks}; settings: {', '.join(overrides) if overrides else 'defaults'}"
 

@@ -78,7 +78,7 @@ def report_table(rows: pd.DataFrame, benchmark: str | None = None, columns: Sequ
             "flagged": int(group["privacy"].isna().sum()),
             "flag": "; ".join(sorted({f for f in group["flag"] if f})),
             "claim": _audited(claim_label(*(float(group[c].iloc[0]) for c in ("epsilon", "delta")),
-                                          str(group["unit"].iloc[0])), group),
+                                          str(group["unit"].iloc[0]), str(group["withheld"].iloc[0])), group),
             "training_claim": training.split(": ", 1)[1] if ": " in training else training,
         })
     return pd.DataFrame(out, columns=REPORT_COLUMNS + [c for name in columns for c in (name, f"{name}_ci")])

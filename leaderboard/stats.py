@@ -12,7 +12,9 @@ the comparison of two entries, come from a two-level bootstrap:
 The bootstrap gives a standard error (with the small-sample factor n / (n - 1) on its
 variance); the interval is mean ± t(n-1) × SE. Without any logged noise this is exactly the
 paired t-test over seeds; a plain percentile interval over three seeds would separate two
-equal entries whenever their three differences share a sign (one time in four).
+equal entries whenever their three differences share a sign (one time in four). The
+evaluation noise of a cell is its utility's and its privacy score's standard error within
+the run; an interval of a quantity with a bounded range (a hypervolume) is cut to that range.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class Estimate:
         high: Upper end of the interval.
         std: Sample standard deviation over seeds (the seed spread; NaN for one seed).
         seeds: Number of seeds.
+        clipped: Whether the interval was cut to the range the quantity can take (see
+            :func:`mean_estimate`'s ``bounds``).
     """
 
     mean: float
@@ -69,6 +73,7 @@ class Estimate:
     high: float
     std: float
     seeds: int
+    clipped: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,7 +166,7 @@ def _interval(values: np.ndarray, noise, seed: int, level: float, replicates: in
 
 def mean_estimate(
     values: Sequence[float], noise: Sequence[np.ndarray | None] | None = None, *, seed: int = 0,
-    level: float = LEVEL, replicates: int = REPLICATES,
+    level: float = LEVEL, replicates: int = REPLICATES, bounds: tuple[float, float] | None = None,
 ) -> Estimate:
     """Estimates the mean over seeds of a per-seed value (an entry's hypervolume).
 
@@ -172,6 +177,11 @@ def mean_estimate(
         seed: Seed of the bootstrap.
         level: Confidence level.
         replicates: Bootstrap replicates.
+        bounds: The range the mean can take (a hypervolume of unit-square points: (0, 1)).
+            The interval is intersected with it and ``clipped`` says so: an interval that
+            covers a mean inside the range still covers it after the cut, so coverage is
+            kept, whereas a percentile interval over three seeds would lose it (see the
+            module docstring).
 
     Returns:
         The mean, its interval (two-level bootstrap SE, Student t with n - 1 degrees of
@@ -185,7 +195,11 @@ def mean_estimate(
         raise ValueError(f"need finite per-seed values, got {list(values)!r}")
     mean, low, high = _interval(arr, noise, seed, level, replicates)
     std = float(arr.std(ddof=1)) if arr.size > 1 else math.nan
-    return Estimate(mean, low, high, std, int(arr.size))
+    clipped = False
+    if bounds is not None and math.isfinite(low):
+        clipped = low < bounds[0] or high > bounds[1]
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return Estimate(mean, low, high, std, int(arr.size), clipped)
 
 
 def paired_comparison(

@@ -26,6 +26,7 @@ from bench.interfaces import RESULT_SCHEMA, Result
 from bench.tracking import SUPERSEDED
 from bench.tracking.health import StoreDamaged
 from bench.tracking.verify import RESULT_DIGEST, UnverifiedResult, check_result
+from bench.tune_cost import TUNING_COST_TAG
 
 if TYPE_CHECKING:
     from bench.tracking import Tracker
@@ -135,7 +136,8 @@ def runs_frame(tracker: "Tracker", skipped: Skipped | None = None) -> pd.DataFra
             skipped.unreadable += 1
             continue
         rows.append({**result.to_dict(), "source": "local", "run_id": run.info.run_id,
-                     "overrides": _overrides(_artifact(tracker, run, "config.json"))})
+                     "overrides": _overrides(_artifact(tracker, run, "config.json")),
+                     "tuning_cost": run.data.tags.get(TUNING_COST_TAG, "")})
     if old:
         skipped.old_schema["the MLflow runs"] = old
     if lost and len(lost) == current and not _moved(tracker):

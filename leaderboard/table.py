@@ -32,12 +32,13 @@ TABLE_COLUMNS = [
     "board", "benchmark", "profile", "data", "settings", "precision",
     "rank", "tied", "entry", "mechanism", "claim_type", "audit",
     "hv_mean", "hv_low", "hv_high", "hv_std", "hv_min", "hv_max", "seeds", "declared_seeds", "configurations",
-    "cells", "runs", "flagged", "worst_group_privacy", "worst_group", "status", "verification", "tied_with", "suite",
-    "source", "hardware",
+    "cells", "runs", "flagged", "worst_group_privacy", "worst_group", "status", "verification", "tied_with", "notes",
+    "suite", "source", "hardware",
 ]
 
 BOARD_CELL_COLUMNS = [
-    "entry", "params", "seed", "metric", "utility", "utility_se", "privacy", "flag", "flag_detail", "claim", "audit",
+    "entry", "params", "seed", "metric", "utility", "utility_se", "privacy", "privacy_se", "flag", "flag_detail",
+    "claim", "audit",
     "runs", "source", "run_id", "hardware",
 ]
 
@@ -156,7 +157,7 @@ def _standing_row(board: Board, s: Standing) -> dict[str, Any]:
         "declared_seeds": ",".join(map(str, s.declared_seeds)), "configurations": s.configurations, "cells": s.cells,
         "runs": s.runs, "flagged": s.flagged, "worst_group_privacy": worst.privacy, "worst_group": worst.group,
         "status": s.status, "verification": s.verification, "tied_with": ", ".join(s.tied_with),
-        "suite": s.suite, "source": s.source, "hardware": "; ".join(hardware_mix(cells)),
+        "suite": s.suite, "source": s.source, "hardware": "; ".join(hardware_mix(cells)), "notes": "; ".join(s.notes),
     }
 
 
@@ -173,7 +174,8 @@ def leaderboard_table(leaderboard: Leaderboard) -> pd.DataFrame:
     ``status`` (``ranked`` or why not), ``audit`` (the audit verdict of its claims, "" without
     one), ``verification`` (``verified`` or ``unverified: <why>``: an unverified entry file is
     never ranked), ``tied_with`` (entries it is not separated from)
-    and ``hardware`` (what computed its cells, :func:`hardware_mix`).
+    , ``hardware`` (what computed its cells, :func:`hardware_mix`) and ``notes`` (what its
+    interval and claims rest on, ``Standing.notes`` joined with "; ").
     """
     rows = [_standing_row(board, s) for board in leaderboard.boards for s in board.standings]
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
@@ -186,7 +188,8 @@ def board_cells_table(board: Board) -> pd.DataFrame:
     cells = board.cells.sort_values(["entry", "params_label", "seed"], kind="mergesort")
     rows = [{
         "entry": c.entry, "params": c.params_label, "seed": c.seed, "metric": c.metric, "utility": c.utility,
-        "utility_se": c.utility_se, "privacy": c.privacy, "flag": c.flag, "flag_detail": c.flag_detail,
+        "utility_se": c.utility_se, "privacy": c.privacy, "privacy_se": getattr(c, "privacy_se", float("nan")),
+        "flag": c.flag, "flag_detail": c.flag_detail,
         "claim": c.claim_label, "audit": getattr(c, "audit", ""), "runs": c.runs, "source": c.source,
         "run_id": c.run_id,
         "hardware": getattr(c, "hardware", ""),

@@ -187,6 +187,7 @@ class Classify(RecipeTask):
         trained = original if shared else self.model(clean, released, ctx)
         tested = released.splits[split] if TESTED_ON[cfg.protocol] == "released" else clean[split]
         labels = clean[split].labels
+        record_split(clean, ctx)
         ctx.log(f"testing on the {TESTED_ON[cfg.protocol]} {split} split")
         scores = predict(trained, tested.images, cfg.input_size, ctx.device)
         reference = scores if trained is original and tested is clean[split] else (
@@ -257,6 +258,17 @@ def trained_classifier(clean: Splits, released: Release | None, recipe: Recipe, 
 
     model, _ = cached_model(ctx.cache_dir, key, build, fit, ctx.log, name=f"classify.{label}")
     return model
+
+
+def record_split(clean: Splits, ctx: RunContext) -> None:
+    """Logs how the data was split (a user's labelled data records its rule in ``info["split"]``) and keeps it
+    as the cell's ``data_split`` table: one row per split with its images, classes and the rule."""
+    rule = clean.info.get("split")
+    if not isinstance(rule, str):
+        return
+    ctx.log(f"{clean.dataset} split: {rule}")
+    ctx.tables["data_split"] = [{"split": name, "images": len(part), "classes": int(part.labels.unique().numel()),
+                                 "rule": rule} for name, part in clean.sets.items()]
 
 
 def source_key(clean: Splits, released: Release | None) -> tuple[str, str]:

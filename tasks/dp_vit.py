@@ -38,6 +38,7 @@ from bench.interfaces import PrivacyClaim, Release, RunContext, Task
 from bench.modelcache import cached_model
 from bench.nn.vit import build_vit
 from bench.params import Param, ParamSpace
+from bench.seeding import derive_seed
 from tasks.class_metrics import class_count, topk_accuracy
 
 MODEL_VERSION = 1
@@ -163,14 +164,20 @@ class DpVit(Task):
         """Checks the method against the training set's size and the splits the cell needs.
 
         Raises:
-            BenchError: delta not below 1/N, a missing split, or private selection on a
-                validation cell (it would select on what the cell reports).
+            BenchError: delta not below 1/N, a missing split, an empty training or evaluated
+                split, or private selection on a validation cell (it would select on what the
+                cell reports).
         """
         if shape is not None:
             for split in ("train", eval_split, "population"):
                 if split not in shape:
                     raise BenchError(f"task {self.name!r}: dataset {self.dataset!r} has no {split!r} split "
                                      f"(dp_vit needs train, val, test and population)")
+            for split in ("train", eval_split):
+                if not shape[split].images:
+                    share = " (task.data.image_fractions)" if self.dataset == "folder_images" else ""
+                    raise BenchError(f"task {self.name!r}: the {split!r} split has no images; add images to each "
+                                     f"class, or give {split!r} a larger share of them{share}")
             self.config.training.validate(shape["train"].images)
         if eval_split == "val" and self.config.training.selection == "private_val":
             raise BenchError(f"task {self.name!r}: task.training.selection=private_val selects on the validation "
@@ -242,9 +249,13 @@ class DpVit(Task):
             subsets: One index tensor per reference model.
             classes: Number of classes.
             ctx: The run.
+
+        Each model has a seed of its own (initialisation, sampling, noise), so two models on
+        the same data still differ as independently trained models do.
         """
         method = replace(self.config.training, selection="fixed") if private else self.nonprivate_method()
-        return [self._trained(images.subset(index), ("reference", data_key, i, index.tolist()), method, classes, ctx)
+        return [self._trained(images.subset(index), ("reference", data_key, i, index.tolist()), method, classes, ctx,
+                              seed=derive_seed(ctx.seed, "dp_vit", "reference", i))
                 for i, index in enumerate(subsets)]
 
     def nonprivate_method(self) -> TrainingMethod:
@@ -259,14 +270,15 @@ class DpVit(Task):
     # --- internals ---------------------------------------------------------------------------
 
     def _trained(self, train: ImageSet, data_key: tuple, method: TrainingMethod, classes: int, ctx: RunContext,
-                 val: ImageSet | None = None) -> Classifier:
+                 val: ImageSet | None = None, seed: int | None = None) -> Classifier:
+        seed = ctx.seed if seed is None else seed
         size = int(train.images.shape[-1])
         count = 2 if method.fusion else 1
         method.validate(len(train))
         if method.selection == "private_val" and val is None:
             raise BenchError(f"task {self.name!r}: task.training.selection=private_val needs a val split")
         key_parts = ("dp_vit", MODEL_VERSION, data_key, asdict(self.config.model), asdict(method),
-                     asdict(self.config.schedule), ctx.seed, classes, size)
+                     asdict(self.config.schedule), seed, classes, size)
 
         def build() -> nn.Module:
             return _Members([build_vit(size, **self._model_kwargs(classes)) for _ in range(count)])
@@ -274,7 +286,7 @@ class DpVit(Task):
         def train_into(members: nn.Module) -> dict[str, Any]:
             validation = None if method.selection != "private_val" else (val.images, val.labels)
             trained = train_private(lambda: build_vit(size, **self._model_kwargs(classes)), train.images, train.labels,
-                                    method, self.config.schedule, ctx.seed, ctx.device, val=validation,
+                                    method, self.config.schedule, seed, ctx.device, val=validation,
                                     progress=ctx.progress)
             for slot, model in zip(members.members, trained.models):
                 slot.load_state_dict(model.state_dict())

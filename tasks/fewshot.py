@@ -35,12 +35,14 @@ from bench.errors import BenchError
 from bench.interfaces import Release, RunContext, Task
 from bench.groups import MIN_GROUP_SIZE, demographic_groups
 from bench.modelcache import cached_model
+from bench.registry import datasets as dataset_registry
 from bench.nn.conv4 import Conv4
 from bench.nn.dncnn import DnCNN, image_quality
 from bench.nn.images import embed_images, prepare
 from bench.seeding import derive_seed, make_generator
 from tasks.episodes import EpisodeSampler, episode_accuracies, group_episode_accuracies, mean_ci95
 from tasks.fewshot_train import CHANNELS_LAST, train_prototypical
+from tasks.split_advice import class_split_advice
 
 MODEL_VERSION = 3
 """2: trained in channels_last memory format (1.3-1.5x faster convolutions on CPU; other float rounding).
@@ -179,9 +181,15 @@ class FewShot(Task):
         if eval_split == "test" and "val" in shape:
             needs.append(("val", min(cfg.test_way, len(shape["val"].counts)), per_test, "test_way",
                           "test_shot + test_query"))
+        minimums = {split: way for split, way, *_ in needs[:2]}
+        setting = dataset_registry.get(self.dataset).class_split if self.dataset in dataset_registry else ""
         for split, way, per_class, way_name, size_name in needs:
             if split not in shape:
                 raise BenchError(f"{owner}: the dataset has no {split!r} split")
+            if len(shape[split].counts) < way:
+                advice = class_split_advice(setting, shape, minimums, way_name)
+                raise BenchError(f"{owner}: {way_name}={way} episodes need {way} classes in {split!r}, but the "
+                                 f"class split gives it {len(shape[split].counts)}; {advice}")
             have = shape[split].classes_with(per_class)
             if have < way:
                 most = max(shape[split].counts, default=0)

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from bench import precision
 from bench.cells import content_key
 from bench.config import setting
-from bench.datasets.base import ImageSet, Splits
+from bench.datasets.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
 from bench.groups import MIN_GROUP_SIZE, demographic_groups, mean_groups
 from bench.interfaces import Release, RunContext, Task
@@ -151,6 +151,32 @@ class Reid(Task):
     def config_dict(self) -> dict[str, Any]:
         """Returns the resolved profile settings."""
         return asdict(self.config)
+
+    def check_data(self, shape: DataShape | None, eval_split: str = "test") -> None:
+        """Checks that the training identities can fill a PK batch and that there are queries and a gallery.
+
+        Raises:
+            BenchError: Fewer training identities than ``p`` (the message names ``task.p``,
+                or the data's identity settings where even p=2 cannot be served), or an
+                empty query or gallery split.
+        """
+        if shape is None:
+            return
+        owner, p = f"task {self.name!r}", self.config.p
+        empty = {"query": "no identified image (only junk or distractors): add query images of people in the gallery",
+                 "gallery": "no image of the query identities: add gallery images of the people in the queries"}
+        for split, why in empty.items():
+            if split in shape and not shape[split].counts:
+                raise BenchError(f"{owner}: the {split!r} split has {why}")
+        ids = len(shape["train"].counts) if "train" in shape else 0
+        if ids >= p:
+            return
+        limit = self.config.data.get("max_ids")
+        capped = isinstance(limit, int) and ids >= limit
+        more = f"raise task.data.max_ids (now {limit})" if capped else "add identities to the training folder"
+        fix = f"lower task.p to {ids} or {more}" if ids >= 2 else more
+        raise BenchError(f"{owner}: PK batches of p={p} identities need {p} training identities, but split 'train' "
+                         f"has {ids}; {fix}")
 
     def evaluate(self, clean: Splits, released: Release, ctx: RunContext) -> dict[str, float]:
         """Trains (or reuses) both models on the released training split; ranks released queries."""

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 from bench.errors import BenchError
 
 SUBCOMMANDS = (
-    "list_cmd", "run_cmd", "show_cmd", "mechanisms_cmd", "grid_cmd", "tune_cmd", "leaderboard_cmd", "submit_cmd",
+    "list_cmd", "run_cmd", "show_cmd", "runs_cmd", "mechanisms_cmd", "grid_cmd", "tune_cmd", "leaderboard_cmd",
+    "submit_cmd",
     "audit_cmd", "release_cmd", "cache_cmd", "report_cmd",
     "relocate_cmd", "ui_cmd",
 )
@@ -63,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI; returns the exit status (0 ok, 2 user error, 130 interrupted)."""
+    from bench._memory import tune_allocator
+
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    tune_allocator()  # before torch is imported: huge pages for large CPU tensors (bench/_memory.py)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -54,9 +54,8 @@ def add_cell_options(parser: argparse.ArgumentParser, many: bool = False) -> Non
     parser.add_argument("--attacks", default=None,
                         help="comma-separated adversaries, or 'none' (default: " + ("the suite's or " if many else "")
                              + "the benchmark's)")
-    parser.add_argument("--set", action="append", metavar="SECTION.K=V", dest="overrides",
-                        help="override a task or attack setting, e.g. task.epochs=3, task.data.min_images=10 or "
-                             "face_reid.weights=PATH" + (" (in every cell, added to the suite's)" if many else ""))
+    add_set_option(parser, "override a task or attack setting, e.g. task.epochs=3, task.data.min_images=10 or "
+                           "face_reid.weights=PATH" + (" (in every cell, added to the suite's)" if many else ""))
     parser.add_argument("--mechanism-file", type=path_arg, action="append", default=[],
                         help="a Python file that registers a mechanism (repeatable"
                              + ("; loaded in every worker)" if many else ")"))
@@ -103,6 +102,11 @@ def run_config(args: argparse.Namespace, absolute: bool = False, **extra: Any) -
         cache_dir=cache, attacks=parse_attacks(args.attacks), overrides=parse_overrides(args.overrides),
         tracking_uri=uri, precision=args.precision, **extra,
     )
+
+
+def add_set_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """Adds ``--set SECTION.K=V`` (repeatable, into ``args.overrides``; read with :func:`parse_overrides`)."""
+    parser.add_argument("--set", action="append", metavar="SECTION.K=V", dest="overrides", help=help_text)
 
 
 def add_location_args(parser: argparse.ArgumentParser) -> None:

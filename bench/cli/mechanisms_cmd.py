@@ -1,4 +1,9 @@
-"""``bench mechanisms show NAME``: a sample sheet of a mechanism over parameter settings."""
+"""``bench mechanisms show NAME``: a sample sheet of a mechanism over parameter settings.
+
+The images come from ``--dataset`` with the loader options of ``--set task.data.NAME=VALUE``
+(as ``bench run`` takes them): a user's tree is ``--set task.data.root=DIR``, or, for the
+datasets read from a tree (``folder`` and its kinds), ``--data-root DIR``.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ DATASET_OPTIONS: dict[str, dict[str, Any]] = {"synth_faces": {"n_ids": 20, "per_
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench mechanisms show``."""
-    from bench.cli.common import add_location_args, path_arg
+    from bench.cli.common import add_location_args, add_set_option, path_arg
 
     p = subparsers.add_parser("mechanisms", help="inspect mechanisms")
     actions = p.add_subparsers(dest="mechanisms_command", metavar="ACTION")
@@ -30,7 +35,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--sweep", action="append", default=[], metavar="K=V1,V2,...",
                       help="one row per value; several sweeps give their product (repeatable)")
     show.add_argument("--dataset", default="synth_faces", help="dataset the images come from (default: synth_faces)")
-    show.add_argument("--data-root", type=path_arg, default=None, help="root of real datasets (default: $BENCH_DATA)")
+    show.add_argument("--data-root", type=path_arg, default=None,
+                      help="root of real datasets (default: $BENCH_DATA); for folder: the tree itself")
+    add_set_option(show, "a loader option of --dataset, as bench run takes it: task.data.root=DIR, task.data.size=64")
     show.add_argument("--n", type=int, default=8, help="images per row (default: 8)")
     show.add_argument("--scale", type=int, default=1, help="integer upscaling of the images (default: 1)")
     show.add_argument("--palette", action="store_true", help="save with a 256-colour palette (smaller file)")
@@ -42,13 +49,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _show_command(args: argparse.Namespace) -> int:
-    from bench.cli.common import cache_dir, data_root
+    from bench.cli.common import cache_dir, data_root, parse_overrides
 
     path = show_mechanism(
         args.name,
         params=parse_assignments(args.param),
         sweep=parse_sweeps(args.sweep),
         dataset=args.dataset,
+        data_options=loader_options(args.dataset, parse_overrides(args.overrides), args.data_root),
         n=args.n,
         out=args.out,
         seed=args.seed,
@@ -77,6 +85,35 @@ def parse_sweeps(items: Sequence[str] | None) -> dict[str, list[str]]:
     return out
 
 
+def loader_options(dataset: str, overrides: Mapping[str, Mapping[str, str]], tree: Path | None = None
+                   ) -> dict[str, Any]:
+    """Returns the loader options of a sheet's dataset: its small defaults updated by ``--set task.data.*``.
+
+    Values are read as YAML, as ``bench run`` reads them. A dataset read from a tree
+    (:class:`~bench.datasets.folder.Folder` and its kinds) takes ``tree`` (``--data-root``)
+    as its ``root`` when ``--set task.data.root`` does not name one.
+
+    Raises:
+        BenchError: A ``--set`` outside ``task.data``, or an unknown dataset.
+    """
+    import yaml
+
+    from bench.datasets.folder import Folder
+    from bench.registry import datasets
+
+    for section, values in overrides.items():
+        for key in values:
+            if section != "task" or not key.startswith("data.") or key == "data.":
+                raise BenchError(f"--set {section}.{key}: bench mechanisms show takes only loader options of "
+                                 f"--dataset, as task.data.NAME=VALUE (e.g. task.data.root=DIR)")
+    options = dict(DATASET_OPTIONS.get(dataset, {}))
+    for key, value in overrides.get("task", {}).items():
+        options[key.removeprefix("data.")] = yaml.safe_load(value)
+    if tree is not None and "root" not in options and issubclass(datasets.get(dataset), Folder):
+        options["root"] = str(tree)
+    return options
+
+
 def settings(params: Mapping[str, Any], sweep: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Returns one parameter dict per row: the fixed params with each combination of swept values.
 
@@ -97,10 +134,10 @@ def _sample(images: torch.Tensor, n: int) -> torch.Tensor:
     return index
 
 
-def _load_images(dataset: str, cache_dir: Path, data_root: Path | None, n: int):
+def _load_images(dataset: str, cache_dir: Path, data_root: Path | None, n: int, options: Mapping[str, Any]):
     from bench.datasets import load_dataset
 
-    splits = load_dataset(dataset, data_root, DATASET_OPTIONS.get(dataset, {}), cache_dir)
+    splits = load_dataset(dataset, data_root, options, cache_dir)
     shown = splits["test"] if "test" in splits else next(iter(splits.sets.values()))
     public = splits["train"] if "train" in splits else shown
     return shown.subset(_sample(shown.images, n)), public
@@ -118,6 +155,7 @@ def show_mechanism(
     params: Mapping[str, Any] | None = None,
     sweep: Mapping[str, Sequence[Any]] | None = None,
     dataset: str = "synth_faces",
+    data_options: Mapping[str, Any] | None = None,
     n: int = 8,
     out: str | Path = "sheet.png",
     seed: int = 0,
@@ -136,6 +174,7 @@ def show_mechanism(
         params: Fixed parameter values (strings or Python values).
         sweep: Parameter name -> values; rows are the product of the sweeps.
         dataset: Dataset the images come from (its test split, ``n`` images spread over it).
+        data_options: Its loader options (None: the small defaults of :data:`DATASET_OPTIONS`).
         n: Images per row.
         out: PNG path to write.
         seed: Seed of the mechanism's per-image streams.
@@ -157,7 +196,7 @@ def show_mechanism(
     from bench.folders import check_writable_file, check_writable_folder
     from bench import mechanism_guard
     from bench.interfaces import RunContext
-    from bench.registry import mechanisms
+    from bench.registry import datasets, mechanisms
     from bench.runner import check_seed, resolve_device
     from bench.sheets import check_sheet_path, sample_sheet
     from bench.streams import Streams
@@ -174,10 +213,11 @@ def show_mechanism(
     check_writable_file("--out", Path(out))
     out = check_sheet_path(out)
     cache_dir = Path(cache_dir)
+    options = dict(DATASET_OPTIONS.get(dataset, {}) if data_options is None else data_options)
     if images is None:  # the dataset is generated into (or read from) the cache
         check_writable_folder("--cache-dir", cache_dir)
-    if images is None:
-        images, loaded_public = _load_images(dataset, cache_dir, data_root, n)
+        datasets.get(dataset)().inspect(data_root, options)  # missing data and bad options, before any work
+        images, loaded_public = _load_images(dataset, cache_dir, data_root, n, options)
         public = public if public is not None else loaded_public
     else:
         images = images.subset(_sample(images.images, n))

@@ -17,8 +17,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--verify-data", action="store_true",
                    help="fingerprint real datasets by their files' bytes, not by size and modification time")
     p.add_argument("--force", action="store_true", help="compute the cell again even if it has a FINISHED run")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines (default on a terminal outside CI)")
-    p.add_argument("-v", "--verbose", action="store_true", help="progress lines even when stderr is not a terminal")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or stage lines")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="kept for old scripts: stage lines are the default off a terminal (a bar on one; with "
+                        "stdout redirected from a terminal, the stage lines go to stdout too)")
     p.set_defaults(func=run)
 
 
@@ -36,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
     load_plugins(args)
     cell = plan(run_config(args, verify_data=args.verify_data))
     tracker = Tracker(args.results_dir, args.tracking_uri)
-    with Display(interactive=interactive() and not args.quiet, lines=args.verbose) as display:
+    bars = interactive() and not args.quiet
+    copy = sys.stdout if bars and not sys.stdout.isatty() else None  # `bench run > log.txt`: the log gets the stages
+    with Display(interactive=bars, lines=not args.quiet, copy=copy) as display:
         emitter = display.emitter()
         emitter.start(cell_label(cell.config))
         outcome = execute(cell, tracker, force=args.force, log=emitter.log, progress=emitter.progress)

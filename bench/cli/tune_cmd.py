@@ -154,4 +154,5 @@ def format_selected(selected: "list[Selected]", seed: int) -> str:
         else:
             test = f"{result.utility_value:>9.4f}  {_privacy(result.privacy_score):>9}  {item.test.run_id or '':<32}"
         lines.append(f"  {item.val_utility:>8.4f}  {item.val_privacy:>8.4f}  {test}  {params}")
+    lines += sorted({f"  note: {item.tuning_cost}" for item in selected if item.tuning_cost})
     return "\n".join(lines)

@@ -6,14 +6,23 @@ import argparse
 import os
 import subprocess
 import sys
+import time
+from typing import Callable
 
 from bench.cli.common import add_location_args, cannot_listen, check_locations, check_port
+
+READY_TIMEOUT_S = 300.0
+"""How long the server may take to answer before its address is printed anyway (with a note)."""
+SLOW_S = 5.0
+"""After this long without an answer, a line on stderr says the server is still starting."""
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench ui``."""
     p = subparsers.add_parser("ui", help="serve the MLflow UI for a results directory on 127.0.0.1",
-                              description="Starts MLflow's server on loopback for RESULTS_DIR's store and prints the "
-                                          "address of its runs table (the 'Model training' view). A copied or moved "
+                              description="Starts MLflow's server on loopback for RESULTS_DIR's store and, once it "
+                                          "answers, prints the address of its runs table (the 'Model training' "
+                                          "view). A copied or moved "
                                           "results directory is relocated first, so its runs' artifacts are read "
                                           "from it. Ctrl-C stops the server.")
     p.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default 5000)")
@@ -61,11 +70,18 @@ def ui(args: argparse.Namespace) -> int:
             print(f"[bench] {args.results_dir} was moved: {changed} artifact location(s) now point here (were {old})",
                   file=sys.stderr)
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracker.uri,
-               "--host", "127.0.0.1", "--port", str(args.port)]
-    print(f"MLflow UI for {args.results_dir}: {ui_url(args.port, tracker.experiment_id)}", flush=True)
+               "--host", "127.0.0.1", "--port", str(args.port),
+               "--workers", "1"]  # one user on loopback: no supervisor restarting workers slow to start
+    url = ui_url(args.port, tracker.experiment_id)
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    server = subprocess.Popen(command, env=env)
+    server = subprocess.Popen(command, env=env, stdout=_stderr())  # its log on stderr: stdout is the address
     try:
+        ready = wait_until_serving(args.port, server, on_slow=lambda: print(
+            f"[bench] MLflow's server on 127.0.0.1:{args.port} is starting; its address follows once it answers",
+            file=sys.stderr, flush=True))
+        if ready is not None:
+            note = "" if ready else f" (not answering after {READY_TIMEOUT_S:.0f} s yet; it may still be starting)"
+            print(f"MLflow UI for {args.results_dir}: {url}{note}", flush=True)
         status = server.wait()
     except KeyboardInterrupt:
         stop(server)
@@ -73,6 +89,48 @@ def ui(args: argparse.Namespace) -> int:
     print(f"bench: error: the MLflow server stopped by itself (exit status {status}; its log is above)",
           file=sys.stderr)
     return 1
+
+
+def wait_until_serving(port: int, server: subprocess.Popen, timeout: float = READY_TIMEOUT_S,
+                       on_slow: Callable[[], None] = lambda: None) -> bool | None:
+    """Waits until the server answers on 127.0.0.1:port (MLflow's ``/health``).
+
+    Args:
+        port: Where it listens.
+        server: Its process.
+        timeout: Seconds to wait at most.
+        on_slow: Called once when it has not answered within :data:`SLOW_S` seconds.
+
+    Returns:
+        True once it answers; False when ``timeout`` passed first; None when it exited first.
+    """
+    import urllib.error
+    import urllib.request
+
+    started = time.monotonic()
+    slow = False
+    while time.monotonic() < started + timeout:
+        if not slow and time.monotonic() > started + SLOW_S:
+            slow = True
+            on_slow()
+        if server.poll() is not None:
+            return None
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        time.sleep(0.25)
+    return False
+
+
+def _stderr() -> int | None:
+    """Returns the file descriptor of stderr, or None (inherit stdout) where it has none."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def stop(server: subprocess.Popen) -> None:

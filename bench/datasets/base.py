@@ -57,6 +57,9 @@ class Dataset(abc.ABC):
     synthetic: ClassVar[bool] = False
     layout: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    class_split: ClassVar[str] = ""
+    """The option that divides the classes among train / val / test: ``split_fractions`` (three
+    fractions) or ``split_ids`` (three counts), named where a split has too few classes; empty: fixed."""
     version: ClassVar[int] = 1
     """The loader's or generator's version: bump whenever the images or labels it gives change.
     Part of every cell and board key (:func:`bench.cells.code_versions`)."""

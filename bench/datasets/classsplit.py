@@ -25,7 +25,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "split_fractions": (0.64, 0.16, 0.20),
     "seed": 0,
     "max_classes": None,
-    "grey": False,
+    "grey": None,
 }
 
 
@@ -42,14 +42,14 @@ def parse_options(dataset: str, options: Mapping[str, Any], defaults: Mapping[st
     check_option_names(dataset, options, defaults)
     opts = {k: _none(options[k]) if k in options else v for k, v in defaults.items()}
     checks = {"size": parse_size, "min_images": _positive, "max_classes": _positive, "per_class": _positive,
-              "seed": _integer, "split_fractions": _fractions, "grey": _boolean, "rotations": _boolean}
+              "seed": _integer, "split_fractions": _fractions, "grey": _grey, "rotations": _boolean}
     for key, check in checks.items():
         if key in opts and opts[key] is not None:
             try:
                 opts[key] = check(opts[key])
             except (TypeError, ValueError) as exc:
                 raise BenchError(f"{dataset}: option {key}: {exc}") from None
-    for key in ("size", "min_images", "seed", "split_fractions", "grey", "rotations"):
+    for key in ("size", "min_images", "seed", "split_fractions", "rotations"):
         if key in opts and opts[key] is None:
             raise BenchError(f"{dataset}: option {key} cannot be none")
     return opts
@@ -87,6 +87,13 @@ def _boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {value!r}")
     return value
+
+
+def _grey(value: Any) -> bool | None:
+    """``grey``: true or false overrides; ``auto`` (or none) detects it from the images."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return None
+    return _boolean(value)
 
 
 def _fractions(value: Any) -> tuple[float, float, float]:

@@ -17,7 +17,11 @@ Optional annotations at the root, paths relative to it (``alice/001.jpg``):
   its face. Boxes follow the crop and resize to the stored size.
 
 Images are read by :mod:`bench.datasets.imageread` (any PIL format and mode, EXIF
-orientation, centre crop to the stored aspect ratio, antialiased resize).
+orientation, centre crop to the stored aspect ratio, antialiased resize). The ``size``
+option is the most they are stored at: images smaller than it are stored at their own
+(smallest common) size, so the mechanism runs on the user's pixels and the task's networks
+resize after the release (:mod:`bench.datasets.storage`); a tree of one-channel images is
+stored grey unless ``grey`` says otherwise.
 """
 
 from __future__ import annotations
@@ -27,12 +31,12 @@ import os
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from bench.datasets import imageread
+from bench.datasets import imageread, storage
 from bench.datasets.classsplit import COMMON_DEFAULTS, SPLITS, code_values, parse_options, split_classes
 from bench.datasets.base import (
     DataShape,
@@ -49,7 +53,8 @@ from bench.imageio import parse_box
 from bench.registry import register_dataset
 from bench.seeding import make_generator
 
-LOADER_VERSION = 1
+LOADER_VERSION = 2
+"""2: images smaller than ``size`` are stored at their own size, not upscaled; one-channel trees are stored grey."""
 ATTRIBUTES = "attributes.csv"
 BOXES = "boxes.csv"
 DEFAULTS: dict[str, Any] = {"root": None, **COMMON_DEFAULTS}
@@ -204,17 +209,22 @@ class Folder(Dataset):
     Options:
         root: The tree (required; a relative path is tried under the data root when it is
             not found from the working directory).
-        size: Stored side, or [height, width] (default 84).
+        size: Most stored side, or [height, width] (default 84): smaller images are
+            stored at their own size (the smallest common one), never upscaled.
         min_images: Classes with fewer images are left out of the splits (default 2).
         split_fractions: Train / val / test fractions of the classes (default 0.64, 0.16, 0.20).
         seed: Seed of the class permutation (default 0).
         max_classes: Use at most this many classes (default: all).
-        grey: Store one grey channel instead of RGB (default false).
+        grey: Store one grey channel instead of RGB (default: when every image has one
+            channel; true or false overrides).
     """
 
+    own_size: ClassVar[bool] = True
+    """Store images smaller than ``size`` at their own size (the task's networks resize after the release)."""
     layout = ("ROOT/<label>/<image> (any format PIL reads; set ROOT with --set task.data.root=DIR), with optional "
               "ROOT/attributes.csv (file,<attribute>,...) and ROOT/boxes.csv (file,x1,y1,x2,y2)")
     version = LOADER_VERSION
+    class_split = "split_fractions"
     description = "any class-per-folder tree of images (labels: identities or classes), class-disjoint splits"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
@@ -269,20 +279,28 @@ class Folder(Dataset):
         g = make_generator(index.opts["seed"], "folder", "public")
         chosen = sorted(pool[i] for i in torch.randperm(len(pool), generator=g)[:n_train].tolist())
         groups = {"train": sorted({f.split("/", 1)[0] for f in chosen})}
-        sets, _, _ = self._decode(index, index.selection(groups, chosen), cache_dir, "public")
+        splits = index.selection()
+        fixed = storage.resolve(((f, index.base / f) for f in splits.names), index.opts["size"], index.opts["grey"],
+                                self.own_size)
+        sets, _, _ = self._decode(index, index.selection(groups, chosen), cache_dir, "public", fixed)
         return sets["train"]
 
-    def _decode(self, index: FolderIndex, sel: imageread.Selection, cache_dir: Path, purpose: str):
+    def _decode(self, index: FolderIndex, sel: imageread.Selection, cache_dir: Path, purpose: str,
+                fixed: storage.Storage | None = None):
+        """Decodes a selection at the splits' storage (``fixed``, for public images) or its own."""
         files = [index.base / f for f in sel.names]
         annotations = [(n, fingerprint((index.base / n).read_bytes())) for n in (ATTRIBUTES, BOXES)
                        if (index.base / n).is_file()]
         opts = sorted((k, v) for k, v in index.opts.items() if k != "root")
         key = fingerprint(self.name, LOADER_VERSION, purpose, opts, annotations,
                           "\n".join(f"{s}\t{lab}\t{n}" for s, lab, n in zip(sel.split_of, sel.labels, sel.names)),
-                          source_fingerprint(files))
+                          source_fingerprint(files), self.own_size, None if fixed is None else (fixed.size, fixed.grey))
 
         def build(sink) -> dict[str, Any]:
-            return imageread.write_selection(sink, sel, files, index.opts["size"], index.opts["grey"])
+            stored = fixed or storage.resolve(zip(sel.names, files), index.opts["size"], index.opts["grey"],
+                                              self.own_size)
+            built = imageread.write_selection(sink, sel, files, stored.size, stored.grey)
+            return {**built, "storage": stored.info(index.opts["size"])}
 
         return cached_sharded_splits(cache_dir, self.name, key, build)
 

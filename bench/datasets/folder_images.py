@@ -73,9 +73,11 @@ class FolderImages(Folder):
             (default 0.4, 0.1, 0.2, 0.3).
         seed: Seed of the per-class permutations (default 0).
         max_classes: Use at most this many classes, the first in sorted order (default: all).
-        grey: Store one grey channel instead of RGB (default false).
+        grey: Store one grey channel instead of RGB (default: when every image has one
+            channel; true or false overrides).
     """
 
+    own_size = False  # the DP ViT is built for the stored size (task.data.size); smaller images are upscaled
     layout = ("ROOT/<class>/<image> (any format PIL reads; set ROOT with --set task.data.root=DIR), optional "
               "ROOT/attributes.csv and ROOT/boxes.csv as for 'folder'")
     description = "any class-per-folder tree of images, split by image (same classes in every split)"

@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from bench.datasets import imageread
+from bench.datasets import imageread, storage
 from bench.datasets.base import (
     DataShape,
     Dataset,
@@ -47,7 +47,8 @@ from bench.errors import BenchError
 from bench.registry import register_dataset
 from bench.seeding import make_generator
 
-LOADER_VERSION = 1
+LOADER_VERSION = 2
+"""2: images smaller than ``size`` are stored at their own size, not upscaled; one-channel data is stored grey."""
 DEFAULTS: dict[str, Any] = {"path": None, "image_column": None, "label_column": "label", "attribute_columns": [],
                             "box_column": None, "box_format": "xyxy", "split": "auto", **COMMON_DEFAULTS}
 
@@ -82,7 +83,8 @@ class HuggingFace(Dataset):
             test and their labels are disjoint, else by label), ``dataset`` (its splits, or
             an error) or ``labels``; with its own splits but no val, val classes are carved
             out of train as ``split_fractions`` says.
-        size, min_images, split_fractions, seed, max_classes, grey: as ``folder``.
+        size, min_images, split_fractions, seed, max_classes, grey: as ``folder`` (images smaller
+            than ``size`` are stored at their own size; one-channel data is stored grey).
     """
 
     layout = ("a local Hugging Face dataset under --set task.data.path=DIR: a save_to_disk folder "
@@ -129,23 +131,36 @@ class HuggingFace(Dataset):
         names = [_row_name(index.base, index.parts, index.rows[i]) for i in chosen]
         sel = imageread.Selection(("train",), names, ["train"] * len(chosen),
                                   [-1 if index.labels[i] is None else index.labels[i] for i in chosen])
-        sets, _, _ = self._decode(index, chosen, sel, cache_dir, "public")
+        splits = index.selection.names
+        fixed = storage.resolve(zip(splits, self._sources(index, index.chosen, splits)), index.opts["size"],
+                                index.opts["grey"])
+        sets, _, _ = self._decode(index, chosen, sel, cache_dir, "public", fixed)
         return sets["train"]
 
-    def _decode(self, index: HfIndex, chosen: list[int], sel: imageread.Selection, cache_dir: Path, purpose: str):
+    def _decode(self, index: HfIndex, chosen: list[int], sel: imageread.Selection, cache_dir: Path, purpose: str,
+                fixed: storage.Storage | None = None):
+        """Decodes the chosen rows at the splits' storage (``fixed``, for public rows) or their own."""
         opts = sorted((k, v) for k, v in index.opts.items() if k != "path")
         tables = [p.path for p in index.parts]
         listing = "\n".join(f"{s}\t{lab}\t{n}" for s, lab, n in zip(sel.split_of, sel.labels, sel.names))
         key = fingerprint(self.name, LOADER_VERSION, purpose, opts, listing, source_fingerprint(tables),
-                          source_fingerprint(self._referenced(index, chosen)))
+                          source_fingerprint(self._referenced(index, chosen)),
+                          None if fixed is None else (fixed.size, fixed.grey))
 
         def build(sink) -> dict[str, Any]:
-            sources = (self._source(index, value, name) for value, name in zip(self._values(index, chosen), sel.names))
-            return imageread.write_selection(sink, sel, sources, index.opts["size"], index.opts["grey"])
+            stored = fixed or storage.resolve(zip(sel.names, self._sources(index, chosen, sel.names)),
+                                              index.opts["size"], index.opts["grey"])
+            built = imageread.write_selection(sink, sel, self._sources(index, chosen, sel.names), stored.size,
+                                              stored.grey)
+            return {**built, "storage": stored.info(index.opts["size"])}
 
         return cached_sharded_splits(cache_dir, self.name, key, build)
 
     # --- reading -------------------------------------------------------------------------------
+
+    def _sources(self, index: HfIndex, chosen: Sequence[int], names: Sequence[str]) -> Iterator[bytes | Path]:
+        """Yields the file or encoded bytes of each chosen row's image, in order (read lazily)."""
+        return (self._source(index, value, name) for value, name in zip(self._values(index, chosen), names))
 
     def _values(self, index: HfIndex, chosen: Sequence[int]) -> Iterator[Any]:
         """Yields the image cell of each chosen row, in order, reading the column batch by batch."""

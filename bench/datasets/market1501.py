@@ -230,8 +230,10 @@ class Market1501(Dataset):
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
         """Lists the images (no decoding) and returns each split's identities and their image counts."""
-        _, _, _, selected = self._select(root, options)
-        return {split: SplitShape.of_labels([im.pid for im in images if im.pid not in (JUNK_PID, DISTRACTOR_PID)])
+        _, _, attr_path, selected = self._select(root, options)
+        labelled = ("gender", "age") if attr_path else ()
+        return {split: SplitShape.of_labels([im.pid for im in images if im.pid not in (JUNK_PID, DISTRACTOR_PID)],
+                                            labelled)
                 for split, images in selected.items()}
 
     def _select(self, root: Path | None, options: Mapping[str, Any]):

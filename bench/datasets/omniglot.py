@@ -125,6 +125,7 @@ class Omniglot(Dataset):
     layout = ("<root>/omniglot/ (or <root>/) holding images_background/<Alphabet>/character<NN>/<id>_<nn>.png and "
               "images_evaluation/... (the official zips unpacked), optionally splits/vinyals/{train,val,test}.txt")
     version = LOADER_VERSION
+    class_split = "split_fractions"
     description = "Omniglot characters (28 x 28 grey, x4 rotations), 1028/172/423 character-disjoint splits"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:

@@ -113,16 +113,20 @@ class SplitShape:
 
     Attributes:
         counts: Images per class, one entry per class.
+        attributes: The attributes its images are labelled with (``gender``); None: not
+            known before the data is loaded.
     """
 
     counts: tuple[int, ...]
+    attributes: tuple[str, ...] | None = None
 
     @classmethod
-    def of_labels(cls, labels: Sequence[int]) -> "SplitShape":
+    def of_labels(cls, labels: Sequence[int], attributes: Sequence[str] | None = None) -> "SplitShape":
         """Counts the images of each label."""
         from collections import Counter
 
-        return cls(tuple(sorted(Counter(labels).values(), reverse=True)))
+        return cls(tuple(sorted(Counter(labels).values(), reverse=True)),
+                   None if attributes is None else tuple(attributes))
 
     @property
     def images(self) -> int:

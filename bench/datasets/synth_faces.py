@@ -59,6 +59,7 @@ class SynthFaces(Dataset):
     synthetic = True
     layout = "nothing: faces are generated (options n_ids, per_id, size, split_ids, variation, seed)"
     version = GENERATOR_VERSION
+    class_split = "split_ids"
     description = "synthetic faces: identity-disjoint train/val/test splits of procedurally rendered faces"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:

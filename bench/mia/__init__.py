@@ -20,6 +20,15 @@ Metrics, after Carlini et al. 2022 (report TPR at low FPR, not only AUC):
   :mod:`bench.audit.maths`, with the members as one side and the non-members as the
   other); only the split version is a valid bound to report;
 - :func:`membership_metrics`: all of them in one dict.
+
+Modules of their own:
+
+- :mod:`bench.mia.lowfpr`: the privacy score's statistic, TPR at the lowest FPR the
+  non-member count resolves, with its binomial standard error;
+- :mod:`bench.mia.references`: LiRA online, RMIA with each candidate's OUT models, and
+  RMIA's ``a`` chosen by leave-one-reference-out on the adversary's own models;
+- :mod:`bench.mia.one_run`: the one-run canary audit of Steinke, Nasr & Jagielski (2023),
+  its epsilon lower bound and that bound's ceiling.
 """
 
 from __future__ import annotations

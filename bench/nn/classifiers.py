@@ -15,6 +15,7 @@ from torch import nn
 
 from bench.config import did_you_mean
 from bench.errors import BenchError
+from bench.nn.images import as_rgb
 from bench.nn.resnet import IMAGENET_MEAN, IMAGENET_STD, read_state_dict
 
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "alexnet", "vgg11", "vgg13", "vgg16",
@@ -50,8 +51,8 @@ class Classifier(nn.Module):
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Returns logits [N, classes] of inputs [N, 3, H, W] in [-1, 1]."""
-        return self.net(((x + 1.0) * 0.5 - self.mean) / self.std)
+        """Returns logits [N, classes] of inputs [N, 3, H, W] in [-1, 1] (grey ones repeated to RGB)."""
+        return self.net(((as_rgb(x) + 1.0) * 0.5 - self.mean) / self.std)
 
     def head(self) -> nn.Linear:
         """Returns the last linear layer (what a last-layer finetuning trains)."""

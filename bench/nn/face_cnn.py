@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bench.errors import BenchError
+from bench.nn.images import as_rgb
 
 
 def _stage(cin: int, cout: int) -> nn.Sequential:
@@ -39,12 +40,12 @@ class SmallFaceNet(nn.Module):
         self.head = nn.Linear(embed_dim, num_classes)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        """Returns L2-normalised embeddings [N, embed_dim]."""
-        return F.normalize(self.embedding(self.features(x).mean(dim=(2, 3))), dim=1)
+        """Returns L2-normalised embeddings [N, embed_dim] (grey inputs repeated to RGB)."""
+        return F.normalize(self.embedding(self.features(as_rgb(x)).mean(dim=(2, 3))), dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Returns identity logits (training)."""
-        return self.head(self.embedding(self.features(x).mean(dim=(2, 3))))
+        """Returns identity logits (training; grey inputs repeated to RGB)."""
+        return self.head(self.embedding(self.features(as_rgb(x)).mean(dim=(2, 3))))
 
 
 class FaceNetInception(nn.Module):
@@ -75,12 +76,12 @@ class FaceNetInception(nn.Module):
         self.head = nn.Linear(512, num_classes)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        """Returns L2-normalised 512-d embeddings."""
-        return self.net(x)
+        """Returns L2-normalised 512-d embeddings (grey inputs repeated to RGB)."""
+        return self.net(as_rgb(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Returns identity logits (fine-tuning)."""
-        return self.head(self.net(x))
+        """Returns identity logits (fine-tuning; grey inputs repeated to RGB)."""
+        return self.head(self.net(as_rgb(x)))
 
 
 def build_face_model(kind: str, num_classes: int, weights: str | None = None, width: int = 32) -> nn.Module:

@@ -13,6 +13,11 @@ from bench import precision
 from bench.cpus import usable_cpus
 
 
+def as_rgb(x: torch.Tensor) -> torch.Tensor:
+    """Repeats a grey batch [N, 1, H, W] to three channels for a network that takes RGB (others as given)."""
+    return x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x
+
+
 def to_input(images: torch.Tensor, size: int | tuple[int, int] | None, device: torch.device) -> torch.Tensor:
     """Converts uint8 [N, C, H, W] into float inputs in [-1, 1], resized with antialiasing.
 

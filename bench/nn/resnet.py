@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from bench.errors import BenchError
+from bench.nn.images import as_rgb
 
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -59,8 +60,8 @@ class ResNetTrunk(nn.Module):
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Returns pooled features [N, D] of inputs [N, 3, H, W] in [-1, 1]."""
-        x = ((x + 1.0) * 0.5 - self.mean) / self.std
+        """Returns pooled features [N, D] of inputs [N, 3, H, W] in [-1, 1] (grey ones repeated to RGB)."""
+        x = ((as_rgb(x) + 1.0) * 0.5 - self.mean) / self.std
         return self.body(x).mean(dim=(2, 3))
 
 

@@ -32,6 +32,8 @@ from bench.tracking.health import (
     write_marker,
 )
 from bench.tracking.relocate import check_moved
+from bench.tracking.naming import OLD_PARAM, PARAM, run_name, run_params  # noqa: F401  (re-exported)
+from bench.tracking.tables import log_tables
 from bench.tracking.uri import check_tracking_uri, tracking_uri  # noqa: F401  (re-exported)
 from bench.tracking.verify import RESULT_DIGEST, UnverifiedResult, check_result, result_digest
 from bench.interfaces import RESULT_SCHEMA, Result
@@ -62,12 +64,6 @@ def system_tags() -> dict[str, str]:
 def _param_key(name: str) -> str:
     """Returns ``name`` with characters MLflow refuses in a key replaced by ``_``."""
     return "".join(ch if ch.isalnum() or ch in "_-. /" else "_" for ch in name)[:250]
-
-
-def run_name(task: str, mechanism: str, params: Mapping[str, Any], seed: int, mixed: str = precision.DEFAULT) -> str:
-    """Returns a run's name: ``task · mechanism(k=v, ...) · s<seed>``, then `` · bf16`` for a mixed-precision cell."""
-    shown = ", ".join(f"{k}={v}" for k, v in params.items())
-    return f"{task} · {mechanism}({shown}) · s{seed}" + ("" if mixed == precision.DEFAULT else f" · {mixed}")
 
 
 class Tracker:
@@ -195,14 +191,16 @@ class Tracker:
         name = run_name(identity["task"], identity["mechanism"], identity.get("params", {}), identity["seed"], mixed)
         run = self.client.create_run(self.experiment_id, run_name=name[:250], tags=tags)
         params = {"task": identity["task"], "mechanism": identity["mechanism"], "seed": identity["seed"],
-                  "profile": identity["profile"], "precision": mixed, **flatten("mech.", identity.get("params", {}))}
+                  "profile": identity["profile"], "precision": mixed, **flatten(PARAM, identity.get("params", {}))}
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
         return run.info.run_id
 
     def finish_cell(self, run_id: str, result: Result, configs: Mapping[str, Any], artifacts: Mapping[str, bytes],
                     curves: Mapping[str, Sequence[float]] | None = None) -> None:
-        """Logs a computed cell's metrics, tags and artifacts, then marks its run FINISHED.
+        """Logs a computed cell's metrics, tags, tables and artifacts, then marks its run FINISHED.
 
+        The scalar metrics are the numbers compared across runs (:func:`result_metrics`);
+        groups and every attack metric are table artifacts (:mod:`bench.tracking.tables`).
         ``curves`` (``model.name -> value per epoch``, :mod:`bench.curves`) become step
         metrics ``curve.<model>.<name>`` at step = epoch.
         """
@@ -215,6 +213,7 @@ class Tracker:
             self.client.log_batch(run_id, metrics=batch)
         self._log_settings(run_id, configs)
         self._log_dataset(run_id, result)
+        log_tables(self.client, run_id, result)
         with tempfile.TemporaryDirectory() as tmp:
             files = {"result.json": blob,
                      "config.json": json.dumps(configs, indent=2, default=str).encode()}
@@ -278,7 +277,7 @@ class Tracker:
             "mechanism_version": result.mechanism_version, "profile": result.profile, "seed": result.seed,
             "git_sha": result.git_sha, "dataset_fingerprint": result.dataset_fingerprint,
             "synthetic": result.synthetic, "device": result.device, "schema": result.schema,
-            "eval_split": result.eval_split,
+            "eval_split": result.eval_split, "primary_metric": result.primary_metric,
             "claim": json.dumps(result.claim) if result.claim else "none",
             "training_claim": json.dumps(result.training_claim) if result.training_claim else "none",
             "training_claim_status": training_status(result.training_claim),
@@ -332,12 +331,14 @@ class Tracker:
         return count
 
     def find_run(self, ref: str) -> str:
-        """Returns the run id for a run id or a cell key (its current FINISHED run).
+        """Returns the run id for a run id or a cell key (its current FINISHED run), or a unique prefix of one.
 
         Raises:
-            BenchError: Neither a run nor a finished cell.
+            BenchError: Neither a run nor a finished cell, or a prefix of several (listed).
         """
         from mlflow.exceptions import MlflowException
+
+        from bench.tracking.lookup import resolve
 
         with contextlib.suppress(MlflowException):
             return self.client.get_run(ref).info.run_id
@@ -345,7 +346,7 @@ class Tracker:
             finished = self.finished_runs(ref)
             if finished:
                 return finished[0]
-        raise BenchError(f"no run or finished cell {ref!r} in {self.uri}")
+        return resolve(self, ref)
 
     def load_result(self, run_id: str) -> Result:
         """Returns the result logged by a run, once its bytes match the digest the run logged.

@@ -103,9 +103,9 @@ def test_mlflow_carries_task_and_attack_settings_as_params(ran):
     tracker = Tracker(results, create=False)
     run = tracker.client.search_runs([tracker.experiment_id])[0]
     params = run.data.params
-    assert params["task.epochs"] == "1" and params["mech.block"] == "4"
+    assert params["task.epochs"] == "1" and params["param.block"] == "4"  # as bench.results' param.* columns
     assert "attack.face_reid.epochs" in params and "task.data.n_ids" in params
-    assert run.info.run_name == "fewshot_synth_faces · pixelate(block=4) · s0"
+    assert run.info.run_name == "pixelate(block=4) · s0 · fewshot_synth_faces"  # what differs first
     assert run.data.tags["mlflow.source.name"] == "bench" and run.data.tags["mlflow.user"]
     experiment = tracker.client.get_experiment(tracker.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # the classic ML view
@@ -249,3 +249,69 @@ def test_report_cells_bundle_round_trip_and_extra_columns(ran, tmp_path, capsys)
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0]
     assert not (tmp_path / "x.txt").exists()
+
+
+def test_a_run_carries_its_run_id_and_mlflow_only_the_numbers_compared_across_runs(ran):
+    import mlflow
+
+    results, result = ran
+    assert result.run_id == bench.results(results).iloc[0]["run_id"]
+    client = mlflow.MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    metrics = client.get_run(result.run_id).data.metrics
+    scalars = {k for k in metrics if not k.startswith("curve.")}
+    assert not any(k.startswith("group.") and k != "group.worst_privacy" for k in scalars)
+    assert {"attack.face_reid.top1", "attack.face_reid.top1_clean", "runtime_s"} <= scalars
+    assert not {"attack.face_reid.identities", "attack.face_reid.probes", "attack.face_reid.chance"} & scalars
+    assert {k for k in scalars if k.startswith("utility.")} == {f"utility.{k}" for k in result.utility}
+    assert len(scalars) <= 25, sorted(scalars)
+    artifacts = {f.path for f in client.list_artifacts(result.run_id, "tables")}
+    assert artifacts == {"tables/groups.json", "tables/attacks.json"}
+    attacks, groups = (_table(client, result.run_id, name) for name in ("attacks", "groups"))
+    assert {row["metric"] for row in attacks} == set(result.attacks["face_reid"])
+    frame = bench.group_results(results)
+    logged = sorted((row["source"], row["attribute"], row["group"], row["n"]) for row in groups)
+    assert len(groups) > 0 and logged == sorted(zip(frame["source"], frame["attribute"], frame["group"], frame["n"]))
+
+
+def _table(client, run_id: str, name: str) -> list[dict]:
+    """Reads a table artifact as MLflow's log_table wrote it (``columns`` and ``data`` rows)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = json.loads(Path(client.download_artifacts(run_id, f"tables/{name}.json", tmp)).read_text())
+    return [dict(zip(data["columns"], row)) for row in data["data"]]
+
+
+def test_grid_from_python_reuses_the_finished_cell_and_returns_its_row(ran):
+    results, result = ran
+    table = bench.grid("fewshot_synth_faces", "pixelate", {"block": [4]}, seeds=[0], profile="smoke",
+                       attacks=["face_reid"], settings={"task.epochs": 1}, results_dir=results)
+    assert list(table["run_id"]) == [result.run_id] and "1 skipped" in table.attrs["summary"], table.attrs["summary"]
+    with pytest.raises(BenchError, match="did you mean"):
+        bench.grid("fewshot_synth_faces", "pixelat", {"block": [4, 8]}, results_dir=results)
+    with pytest.raises(BenchError, match="trials"):
+        bench.tune("pixelate", "fewshot_synth_faces", trials=0, results_dir=results)
+
+
+def test_runs_lists_and_show_takes_a_unique_prefix(ran, capsys):
+    from bench.cli import main
+
+    results, result = ran
+    listed = bench.runs(results, mechanism="pixelate", status="finished")
+    assert list(listed["run_id"]) == [result.run_id] and listed["name"][0].startswith("pixelate(block=4)")
+    assert bench.runs(results, mechanism="dp_pix").empty and len(bench.runs(results, since="1d")) == 1
+    assert main(["runs", "--results-dir", str(results), "--benchmark", "fewshot_synth_faces"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:3] == ["RUN", "STATUS", "STARTED"] and result.run_id[:12] in out
+    assert main(["show", result.run_id[:6], "--json", "--results-dir", str(results)]) == 0
+    assert f'"cell_key": "{result.cell_key}"' in capsys.readouterr().out
+    assert main(["show", result.cell_key[:8], "--json", "--results-dir", str(results)]) == 0
+    capsys.readouterr()
+    assert main(["runs", "--results-dir", str(results), "--since", "yesterday"]) == 2
+    with pytest.raises(SystemExit) as exc:  # argparse's own usage error: one line, exit 2
+        main(["runs", "--results-dir", str(results), "--status", "finnished"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "--since 'yesterday'" in err and "did you mean 'finished'" in err

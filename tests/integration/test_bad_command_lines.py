@@ -40,6 +40,8 @@ REPORT = ["report", *RES]
 BOARD = ["leaderboard", "build", *RES]
 SUBMIT = ["submit", "--suite", "smoke", "--mechanism", "pixelate", "--seeds", "0,1,2", *RES]
 AUDIT = ["audit", "--mechanism", "dp_pix", "--device", "cpu"]
+REID = ["run", "--mechanism", "pixelate", "--task", "reid_market1501", "--profile", "smoke", *RES]
+FOLDER_RUN = ["run", "--mechanism", "pixelate", "--task", "fewshot_folder", "--profile", "smoke", *RES]
 
 # (id, argv, a phrase the one line must contain)
 CASES: list[tuple[str, list[str], str]] = [
@@ -170,6 +172,24 @@ CASES: list[tuple[str, list[str], str]] = [
      "no such folder"),
     ("report-missing-cells", [*REPORT, "--cells", "{tmp}/absent.txt"], "absent.txt"),
     ("report-missing-bundle", [*REPORT, "--bundle", "{tmp}/absent.json"], "absent.json"),
+    # data shortfalls, from the data's shape before any work (no MLflow run opened: nothing is written)
+    ("reid-one-identity", [*REID, "--data-root", "{data}/market_1id"], "add identities"),
+    ("reid-fewer-identities-than-p", [*REID, "--data-root", "{data}/market_3ids"], "lower task.p to 3"),
+    ("reid-no-attribute-file", [*REID, "--data-root", "{data}/market_3ids", "--set", "task.p=3"], "--attacks none"),
+    ("fewshot-test-split-too-few-classes", [*FOLDER_RUN, "--set", "task.data.root={data}/people_20"],
+     "--set task.data.split_fractions=0.6,0.15,0.25"),
+    ("fewshot-too-few-classes-in-all", [*FOLDER_RUN, "--set", "task.data.root={data}/people_8"], "8 classes in all"),
+    ("fewshot-too-few-images-per-class", [*FOLDER_RUN, "--set", "task.data.root={data}/people_20",
+                                          "--set", "task.data.split_fractions=0.6,0.15,0.25",
+                                          "--set", "task.test_query=6"], "test_shot + test_query=11"),
+    ("dp-vit-empty-test-split", ["run", "--mechanism", "pixelate", "--task", "dp_vit_folder", "--profile", "smoke",
+                                 *RES, "--attacks", "none", "--set", "task.data.root={data}/objects_2x2",
+                                 "--set", "task.data.min_images=2"], "task.data.image_fractions"),
+    ("sheet-set-not-a-loader-option", [*SHOW, "--out", "{tmp}/sheet.png", "--set", "face_reid.epochs=3"],
+     "task.data.NAME=VALUE"),
+    ("sheet-folder-without-tree", [*SHOW, "--out", "{tmp}/sheet.png", "--dataset", "folder"], "no image tree"),
+    ("sheet-folder-missing-tree", [*SHOW, "--out", "{tmp}/sheet.png", "--dataset", "folder",
+                                   "--set", "task.data.root={tmp}/absent"], "does not exist"),
 ]
 
 TIMEOUT_S = 20
@@ -192,6 +212,42 @@ def make_world(folder: Path) -> Path:
     return folder
 
 
+def make_data(folder: Path) -> Path:
+    """Fills ``folder`` (``{data}`` in the cases; read only, made once) with data too small for the benchmarks:
+    Market-1501 trees of 1 and 3 training identities, folders of 8 and 20 people with 10 photos each, and
+    2 classes of 2 objects."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), (128, 128, 128)).save(buffer, format="PNG")
+    for name, classes, images in (("people_8", 8, 10), ("people_20", 20, 10), ("objects_2x2", 2, 2)):
+        for c in range(classes):
+            (folder / name / f"c{c:02d}").mkdir(parents=True)
+            for i in range(images):
+                (folder / name / f"c{c:02d}" / f"{i}.png").write_bytes(buffer.getvalue())
+    for name, train_ids in (("market_1id", 1), ("market_3ids", 3)):
+        make_market(folder / name, train_ids, test_ids=2)
+    return folder
+
+
+def make_market(root: Path, train_ids: int, test_ids: int, per_id: int = 4) -> None:
+    """Writes a Market-1501 tree (``PPPP_cCsS_FFFFFF_NN.jpg`` names) of tiny grey images, no attribute file."""
+    from PIL import Image
+
+    image = Image.new("RGB", (8, 16), (128, 128, 128))
+    frame = 0
+    for folder, pids, cams in (("bounding_box_train", range(1, train_ids + 1), range(1, per_id + 1)),
+                               ("query", range(100, 100 + test_ids), (1,)),
+                               ("bounding_box_test", range(100, 100 + test_ids), range(2, per_id + 2))):
+        (root / folder).mkdir(parents=True)
+        for pid in pids:
+            for cam in cams:
+                frame += 1
+                image.save(root / folder / f"{pid:04d}_c{cam}s1_{frame:06d}_01.jpg")
+
+
 @pytest.fixture
 def world(tmp_path, monkeypatch) -> Path:
     """A fresh folder with the fixtures, made the current folder."""
@@ -199,14 +255,20 @@ def world(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """The too-small datasets, made once for the module (the cases only read them)."""
+    return make_data(tmp_path_factory.mktemp("data"))
+
+
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     """Returns relative path -> (size, mtime) of everything under ``folder``."""
     return {str(p.relative_to(folder)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in folder.rglob("*")}
 
 
-def argv_in(world: Path, argv: list[str]) -> list[str]:
-    """Returns ``argv`` with ``{tmp}`` replaced by the world folder."""
-    return [a.replace("{tmp}", str(world)) for a in argv]
+def argv_in(world: Path, argv: list[str], data: Path | None = None) -> list[str]:
+    """Returns ``argv`` with ``{tmp}`` replaced by the world folder and ``{data}`` by the data folder."""
+    return [a.replace("{tmp}", str(world)).replace("{data}", str(data or world / "data")) for a in argv]
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
@@ -229,15 +291,16 @@ def test_the_list_covers_the_issue_and_names_each_line_once():
 
 
 @pytest.mark.parametrize("name, argv, phrase", CASES, ids=[c[0] for c in CASES])
-def test_bad_command_line_is_one_line_exit_2_and_writes_nothing(world, name, argv, phrase):
-    before = snapshot(world)
-    code, out, err = run_cli(argv_in(world, argv))
+def test_bad_command_line_is_one_line_exit_2_and_writes_nothing(world, data, name, argv, phrase):
+    before, data_before = snapshot(world), snapshot(data)
+    code, out, err = run_cli(argv_in(world, argv, data))
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2, f"{name}: exit {code}\n{err[-2000:]}"
     assert "Traceback" not in err and out == "", err[-2000:]
     assert len(lines) == 1, f"{name}: {len(lines)} lines on stderr:\n{err[-2000:]}"
     assert phrase in lines[0], f"{name}: {lines[0]!r} lacks {phrase!r}"
     assert snapshot(world) == before, f"{name}: files written or changed before the error"
+    assert snapshot(data) == data_before, f"{name}: files written into the data"
 
 
 def test_audit_reports_progress_over_its_counted_trials():
@@ -269,7 +332,7 @@ def test_the_shipped_profiles_fit_a_small_machine(task, profile):
     cls = tasks.get(task)
     planned = cls(profile, None)
     declared = getattr(cls, "benchmark", None)
-    attacks = {name: attack_registry.get(name)(profile, declared.settings_of(name, None) if declared else None)
+    attacks = {name: attack_registry.get(name)(profile, declared.settings_of(name, None, profile) if declared else None)
                for name in cls.attacks}
     shape = datasets.get(planned.dataset)().inspect(None, planned.data_options())
     needs = bounds.cell_needs(planned, attacks, shape)
@@ -291,7 +354,7 @@ def test_a_setting_that_cannot_fit_is_refused_naming_it(monkeypatch):
 # --- the classifier: clean / traceback / silent, one forked process per line ---
 
 
-def classify(name: str, argv: list[str], template: Path, scratch: Path) -> tuple[str, str]:
+def classify(name: str, argv: list[str], template: Path, scratch: Path, data: Path) -> tuple[str, str]:
     """Runs one line in a forked child, in a copy of ``template``; returns (class, why).
 
     clean: exit 2, one line on stderr, no traceback, nothing written. traceback: a
@@ -320,7 +383,7 @@ def classify(name: str, argv: list[str], template: Path, scratch: Path) -> tuple
                 resource.setrlimit(resource.RLIMIT_AS, (used + MEMORY_LIMIT, used + MEMORY_LIMIT))
                 os.chdir(world)
                 try:
-                    code = main_cli(argv_in(world, argv))
+                    code = main_cli(argv_in(world, argv, data))
                 except SystemExit as exc:
                     code = exc.code if isinstance(exc.code, int) else 1
                 except BaseException:
@@ -395,10 +458,11 @@ def main(args: list[str]) -> int:
         template = Path(tmp) / "template"
         template.mkdir()
         make_world(template)
+        data = make_data(Path(tmp) / "data")
         for name, argv, _ in CASES:
             if only is not None and name not in only:
                 continue
-            kind, why = classify(name, argv, template, Path(tmp))
+            kind, why = classify(name, argv, template, Path(tmp), data)
             counts[kind] += 1
             print(f"{kind:<9} {name:<36} {why}", flush=True)
     total = sum(counts.values())

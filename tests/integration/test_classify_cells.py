@@ -148,6 +148,7 @@ def test_imagenet_cell_runs_face_reid_on_crops_when_identities_are_given(tmp_pat
     assert "cropping the faces of imagenet" in result["_err"]
 
 
+@pytest.mark.slow
 def test_the_paper_suite_validates_on_the_fixture(tmp_path):
     fixture = write_imagenet(tmp_path / "data")
     code, out, err = run("grid", "--suite", "imagenet_paper", "--dry-run", "--data-root", str(fixture.root),

@@ -61,6 +61,7 @@ def test_run_prints_utility_attack_and_where_it_was_logged(capsys, tmp_path, sha
     assert logged["runtime.task"] == pytest.approx(stages["task"])
 
 
+@pytest.mark.slow
 def test_same_command_twice_gives_identical_metrics(capsys, tmp_path):
     metrics = []
     for attempt in range(2):

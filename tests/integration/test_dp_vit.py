@@ -49,6 +49,7 @@ def result_of(cells: dict, mechanism: str) -> dict:
     return json.loads(Path(path).read_text())
 
 
+@pytest.mark.slow
 def test_a_mechanism_claim_and_the_training_claim_stand_side_by_side(cells):
     printed = cells["printed"]["dp_pix"]
     claim_line = next(line for line in printed.splitlines() if line.startswith("claim:"))
@@ -70,12 +71,29 @@ def test_a_mechanism_claim_and_the_training_claim_stand_side_by_side(cells):
 
 def test_membership_reports_both_attacks_against_the_non_private_reference(cells):
     metrics = result_of(cells, "dp_pix")["attacks"]["membership"]
-    for attack in ("loss", "rmia"):
-        for key in ("auc", "auc_clean", "tpr_at_fpr_0.01", "epsilon_lower_bound", "auc_pvalue_clean"):
+    for attack in ("loss", "lira", "rmia"):
+        for key in ("auc", "auc_clean", "tpr_at_fpr_0.01", "epsilon_lower_bound", "auc_pvalue_clean", "tpr",
+                    "tpr_se", "tpr_clean", "tpr_se_clean"):
             assert f"{attack}.{key}" in metrics
         assert 0.0 <= metrics[f"{attack}.auc"] <= 1.0
-    assert metrics["chance"] == 0.5
-    assert metrics["auc"] == max(metrics["loss.auc"], metrics["rmia.auc"])
+    # issue 39 item 3: the score is the TPR at the scoring FPR (0.1 at smoke's 100 non-members), whose chance
+    # is that FPR (it was AUC, chance 0.5); the calibrated attack of higher clean TPR sets it
+    assert metrics["chance"] == metrics["fpr"] == 0.1
+    strongest = "lira" if metrics["lira.sets_score"] == 1.0 else "rmia"
+    assert metrics["tpr_clean"] == max(metrics["lira.tpr_clean"], metrics["rmia.tpr_clean"])
+    assert metrics["tpr"] == metrics[f"{strongest}.tpr"] and metrics["auc"] == metrics[f"{strongest}.auc"]
+    assert metrics["tpr_se"] == pytest.approx(math.sqrt(metrics["tpr"] * (1 - metrics["tpr"]) / 100))
+
+
+def test_membership_states_its_lira_mode_its_rmia_a_and_the_one_run_audit(cells):
+    metrics = result_of(cells, "dp_pix")["attacks"]["membership"]
+    assert metrics["lira_online"] == 0.0 and metrics["references"] == 2.0
+    assert metrics["members"] == metrics["members_requested"] == 100.0
+    assert metrics["rmia.a_chosen"] == 1.0 and 0.0 <= metrics["rmia.a"] <= 1.0
+    for suffix in ("", "_clean"):
+        assert metrics[f"audit.canaries{suffix}"] == 100.0
+        assert 0.0 <= metrics[f"audit.epsilon_lower_bound{suffix}"] <= metrics[f"audit.epsilon_ceiling{suffix}"]
+        assert 1.0 < metrics[f"audit.epsilon_ceiling{suffix}"] < 3.5
 
 
 def test_a_per_layer_median_claim_is_unbacked_in_the_table_in_mlflow_and_on_the_site(cells):

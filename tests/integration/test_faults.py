@@ -195,6 +195,7 @@ def test_a_kill_9_leaves_an_orphan_that_the_next_run_fails_and_recomputes(tmp_pa
     assert metrics(tmp_path / "results") == expected
 
 
+@pytest.mark.slow
 def test_a_bad_tracking_uri_fails_fast_before_any_work(tmp_path):
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "bench", "run", *CELL, "--results-dir", str(tmp_path / "r"),

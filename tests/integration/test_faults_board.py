@@ -78,7 +78,7 @@ def test_a_forged_entry_is_marked_and_never_ranked_above_a_verified_one(capsys, 
     capsys.readouterr()
     assert main(show(board)) == 0
     lines = capsys.readouterr().out.splitlines()
-    rows = {line.split()[1]: line for line in lines[2:]}
+    rows = {line.split()[1]: line for line in lines[2:] if not line.lstrip().startswith("note:")}
     assert rows["pixelate"].split()[0] == "1" and rows["pixelate"].rstrip().endswith("ranked")
     forged = rows["forged"]
     assert forged.split()[0] == "–"

@@ -390,6 +390,7 @@ runner.run_cell = slow_cell
 """
 
 
+@pytest.mark.slow
 def test_four_runs_of_one_cell_with_four_cache_folders_log_one_finished_run(tmp_path, fresh):
     results, barrier = tmp_path / "results", tmp_path / "barrier"
     barrier.mkdir()
@@ -457,7 +458,7 @@ def test_a_lock_folder_that_is_a_file_is_one_line_before_the_cell_starts(tmp_pat
     results = tmp_path / "results"
     results.mkdir()
     (results / "locks").write_text("not a folder")
-    code, out, err = run_cell(results, data_only(fresh[0], tmp_path / "cache"), "--mechanism", "identity")
+    code, out, err = run_cell(results, data_only(fresh[0], tmp_path / "cache"), "--mechanism", "identity", "-q")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "cannot take the lock" in err, err
     assert statuses(results) == []
 

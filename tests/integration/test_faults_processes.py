@@ -136,6 +136,7 @@ def test_kill_9_of_a_grid_parent_leaves_no_process_alive_10_s_later(tmp_path, sh
     assert "RUNNING" not in statuses(results)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not LINUX, reason="reads /proc")
 def test_sigterm_of_a_grid_parent_kills_its_workers_and_fails_their_runs(tmp_path, shared_cache):
     with grid_in_the_middle(tmp_path, shared_cache) as (proc, family):
@@ -203,6 +204,7 @@ def tune_argv(tmp_path: Path, cache: Path, trials: int) -> list[str]:
             "--attacks", "face_reid", "--results-dir", str(tmp_path / "results"), "--cache-dir", str(cache)]
 
 
+@pytest.mark.slow
 def test_a_tune_killed_mid_trial_resumes_without_running_runs_or_repeated_configurations(tmp_path, shared_cache):
     import optuna
     from optuna.storages import JournalStorage

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import time
 from pathlib import Path
@@ -28,6 +30,7 @@ def write_people(root: Path, cache: Path) -> None:
         Image.fromarray(np.ascontiguousarray(image.permute(1, 2, 0).numpy())).save(folder / f"{counts[label]:02d}.png")
 
 
+@pytest.mark.slow
 def test_fewshot_folder_learns_and_face_reid_identifies_people(tmp_path, capsys):
     people = tmp_path / "people"
     write_people(people, tmp_path / "faces-cache")

@@ -160,6 +160,7 @@ def test_failing_cell_is_recorded_and_the_grid_goes_on(capsys, tmp_path, shared_
         assert summary_counts(capsys.readouterr().out) == {"cells": 2, "done": 0, "skipped": 1, "failed": 1}
 
 
+@pytest.mark.slow
 def test_processes_executor_runs_cells_in_two_workers(capsys, tmp_path, shared_cache):
     results = tmp_path / "results"
     argv = smoke_argv(results, shared_cache, "identity,pixelate", "--executor", "processes", "--workers", "2")
@@ -171,6 +172,7 @@ def test_processes_executor_runs_cells_in_two_workers(capsys, tmp_path, shared_c
     assert devices == {"cpu"}
 
 
+@pytest.mark.slow
 def test_ray_executor_on_a_local_cluster(capsys, tmp_path, shared_cache):
     pytest.importorskip("ray", reason="the ray executor needs ray (pip install 'ray>=2.9')")
     results = tmp_path / "results"

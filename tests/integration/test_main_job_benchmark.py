@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_a_cold_run_reports_every_stage_and_the_budget_counts_the_adaptive_adversaries(tmp_path, benchmark_script):
     main_job = benchmark_script("main_job")
     result = main_job.run_cold(ROOT, "smoke", tmp_path / "run", device="cpu")

@@ -28,6 +28,7 @@ def _cell(task: str, cache: Path, tmp_path: Path, precision: str):
     return planned.key, run_cell(planned)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", sorted(TASK_MODELS))
 def test_a_bf16_cell_trains_its_task_in_mixed_precision_and_nothing_else(task, tmp_path, shared_cache, monkeypatch):
     def settings():
@@ -89,6 +90,7 @@ FILL_CELLS = {
 """A smoke cell of every kind of benchmark, each with another mechanism."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", sorted(FILL_CELLS))
 def test_a_cell_computes_the_same_numbers_whether_or_not_torch_fills_new_memory(task, tmp_path, monkeypatch):
     """Cells run without PyTorch's fill of new memory: no step of a cell may read memory it did not write.

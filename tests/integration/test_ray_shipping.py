@@ -155,6 +155,7 @@ def test_the_runtime_env_ships_the_five_packages_and_the_mechanism_files_without
 # --- (b) a mechanism file runs from the shipped copy ----------------------------------------
 
 
+@pytest.mark.slow
 def test_a_mechanism_file_runs_on_the_cluster_from_its_shipped_copy(capsys, tmp_path, shared_cache, cluster):
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -230,6 +231,7 @@ def test_a_data_root_a_node_cannot_see_stops_the_grid_in_one_line(capsys, tmp_pa
 # --- (d) everything visible ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_check_passes_when_every_node_sees_everything(capsys, tmp_path, shared_cache, cluster):
     data, results = tmp_path / "data", tmp_path / "results"
     data.mkdir()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import contextlib
 import io
 import json
@@ -20,6 +22,7 @@ def run(tmp_path, name: str) -> dict:
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow
 def test_streamed_from_disk_or_held_in_memory_a_cell_gives_the_same_numbers(tmp_path, monkeypatch):
     in_memory = run(tmp_path, "memory")
     monkeypatch.setattr(shards, "MATERIALIZE_BYTES", 0)

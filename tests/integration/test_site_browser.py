@@ -211,14 +211,15 @@ def test_board_page_sorts_filters_and_shows_plot(page, site):
     assert [row[0] for row in _visible_rows(page, "board")] == ["1", "2", "3", "4"]
 
     header = page.locator("#board thead th", has_text="Hypervolume").first
+    index = header.evaluate("th => Array.from(th.parentNode.cells).indexOf(th)")
     header.click()
     assert header.get_attribute("aria-sort") == "ascending"
-    values = [float(v) for v in _column(page, "board", 4)]
+    values = [float(v) for v in _column(page, "board", index)]
     assert values == sorted(values)
     assert [row[1] for row in _visible_rows(page, "board")] == board["entry"].tolist()[::-1]
     header.click()
     assert header.get_attribute("aria-sort") == "descending"
-    assert [float(v) for v in _column(page, "board", 4)] == sorted(values, reverse=True)
+    assert [float(v) for v in _column(page, "board", index)] == sorted(values, reverse=True)
 
     select = page.locator('[data-filter="claim"]')
     assert XSS_ATTR not in select.inner_html()

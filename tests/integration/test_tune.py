@@ -89,7 +89,7 @@ def check_study(tmp_path: Path, journal: Path, workers: list[subprocess.Complete
     for trial in counted:
         run = by_id[trial.user_attrs["run_id"]]
         assert run.data.tags["bench.eval_split"] == "val", "a trial was evaluated on the test split"
-        assert run.data.params["mech.block"] == str(trial.params["block"])
+        assert run.data.params["param.block"] == str(trial.params["block"])
         assert trial.values[0] == pytest.approx(run.data.metrics["utility.acc"])
         assert trial.values[1] == pytest.approx(run.data.metrics["privacy_score"])
     pareto = {t.number for t in study.best_trials}
@@ -104,7 +104,7 @@ def check_study(tmp_path: Path, journal: Path, workers: list[subprocess.Complete
 
     selected = {str(t.params["block"]) for t in study.best_trials}
     tested = [r for r in finished if r.data.tags["bench.eval_split"] == "test"]
-    assert {r.data.params["mech.block"] for r in tested} == selected and len(tested) == len(selected)
+    assert {r.data.params["param.block"] for r in tested} == selected and len(tested) == len(selected)
     assert any(r.data.tags.get("bench.selected_by") == "shared" for r in tested)
     reporting = [out for out in outputs if "Selected configurations run on the test split" in out]
     assert reporting, "no worker ran the selected configurations on test"
@@ -115,6 +115,7 @@ def check_study(tmp_path: Path, journal: Path, workers: list[subprocess.Complete
     assert {row.split()[4] for row in rows if row.strip()} == {r.info.run_id for r in tested}
 
 
+@pytest.mark.slow
 def test_two_workers_finish_a_20_trial_study_of_a_cheap_mechanism(tmp_path, warm_cache):
     plugin = tmp_path / "tiny.py"
     plugin.write_text(TINY)

@@ -13,6 +13,7 @@ from PIL import Image
 
 from bench.datasets import imageread
 from bench.datasets.folder import Folder, scan_tree
+from bench.datasets.folder_images import FolderImages
 from bench.errors import BenchError
 from bench.registry import datasets
 from tests.fixtures.image_folders import solid, write_messy_tree
@@ -61,7 +62,7 @@ def test_images_are_decoded_to_their_class(tree, loaded):
     for split, images in loaded.sets.items():
         files = sorted(f for c in loaded.info["class_names"][split] for f in tree.images[c])
         assert [names[i] for i in images.labels.tolist()] == [f.split("/")[0] for f in files]
-        assert images.images.shape[1:] == (3, SIZE, SIZE)
+        assert images.images.shape[1:] == (3, 24, 20)  # the smallest common size (frank's 24 x 24, the EXIF 20 wide)
         for f, image in zip(files, images.images):
             if f != "erin/001.jpg":  # the EXIF image is two colours
                 mean = image.float().mean((1, 2))
@@ -140,11 +141,13 @@ def test_splits_are_class_disjoint_and_reproducible(tree, loaded, cache):
 
 def test_upscaling_is_counted_and_recorded(tree, loaded, cache):
     report = loaded.info["images"]
-    assert report["stored"] == [SIZE, SIZE]
-    assert report["upscaled"] == len(tree.small) + 1  # and the EXIF image: 20 pixels wide
+    assert report["stored"] == [24, 20]  # images smaller than size are stored at their own size, not upscaled
+    assert report["upscaled"] == 0
     assert report["native"]["min"] == [24, 20] and report["native"]["max"] == [40, 40]
     assert Folder().load(None, opts(tree.root), cache).info["images"] == report  # from the cache: the same
     assert Folder().load(None, opts(tree.root, size=16), cache).info["images"]["upscaled"] == 0
+    fixed = FolderImages().load(None, opts(tree.root), cache).info["images"]  # a loader that keeps its size
+    assert fixed["stored"] == [SIZE, SIZE] and fixed["upscaled"] == len(tree.small) + 1  # and the EXIF image
 
 
 def test_byte_identical_images_across_splits_are_reported(tree, loaded, tmp_path, capsys):

@@ -15,12 +15,15 @@ PROBE = r"""
 import json, os
 import bench
 from bench import _memory
+bench.tune_allocator()  # as the bench command does when it starts (importing bench does not)
 print(json.dumps({"thp": os.environ.get("THP_MEM_ALLOC_ENABLE"), "again": _memory.tune_allocator()}))
 """
 
 REUSE = r"""
 import json, resource
-import bench, torch
+import bench
+bench.tune_allocator()  # as the bench command does, before torch
+import torch
 from bench import _memory
 
 def faults():
@@ -48,7 +51,9 @@ def test_the_heap_keeps_at_most_an_eighth_of_the_memory_or_of_the_cgroups(tmp_pa
 
 STEP = r"""
 import json
-import bench, torch
+import bench
+bench.tune_allocator()  # as the bench command does, before torch
+import torch
 from bench import _memory
 
 x = torch.ones(256 << 20, dtype=torch.uint8)  # 256 MB in the heap, then free and still resident
@@ -109,7 +114,7 @@ def test_a_users_malloc_settings_are_left_alone(environ, tuned):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_importing_bench_turns_on_huge_pages_and_the_keeping_heap(monkeypatch):
+def test_tuning_the_allocator_turns_on_huge_pages_and_the_keeping_heap(monkeypatch):
     _clean_env(monkeypatch)
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
     assert out.strip() == '{"thp": "1", "again": true}'

@@ -28,7 +28,7 @@ def test_cell_round_trip_and_finished_lookup(results_dir):
     assert tracker.finished_runs("other") == []
     assert tracker.load_result(run_id) == _result()
     run = tracker.client.get_run(run_id)
-    assert run.data.params["mech.epsilon"] == "3.0"
+    assert run.data.params["param.epsilon"] == "3.0"
     assert run.data.metrics["attack.face_reid.top1"] == 0.2
     assert run.data.tags["bench.cell_key"] == "k1"
     assert run.data.tags["bench.version.torch"] == "2.14.1"

@@ -25,6 +25,10 @@ class FakeServer:
             raise self.status
         return 0 if self.terminated else self.status
 
+    def poll(self):
+        """As ``wait`` without blocking: Ctrl-C arrives while ``bench ui`` waits for the server to answer."""
+        return self.wait()
+
     def terminate(self):
         self.terminated = True
 
@@ -46,7 +50,7 @@ def servers(monkeypatch):
     """Records the servers started; each exits with the status pushed on the list first (default: Ctrl-C)."""
     started, statuses = [], []
 
-    def popen(command, env=None):
+    def popen(command, env=None, **streams):
         started.append(FakeServer(statuses.pop(0) if statuses else KeyboardInterrupt()))
         return started[-1]
 
@@ -83,7 +87,7 @@ def test_a_server_that_stops_by_itself_is_no_success(capsys, results, servers, s
     servers[1].append(status)
     assert main(["ui", "--port", str(free_port()), "--results-dir", str(results)]) == 1
     out, err = capsys.readouterr()
-    assert "MLflow UI for" in out
+    assert "MLflow UI for" not in out  # it never answered: no address to open
     assert err == f"bench: error: the MLflow server stopped by itself (exit status {status}; its log is above)\n"
 
 
@@ -96,3 +100,50 @@ def test_check_free_takes_no_port(tmp_path):
     port = free_port()
     ui_cmd.check_free(port)
     ui_cmd.check_free(port)
+
+
+def test_the_address_is_printed_only_once_the_server_answers(capsys, results, monkeypatch):
+    import http.server
+    import threading
+
+    served = []
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            served.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args):
+            pass
+
+    class Starting(FakeServer):
+        """A server that starts listening some polls after it was launched, then runs until Ctrl-C."""
+
+        def __init__(self, port):
+            super().__init__(None)
+            self.port, self.polls, self.http = port, 0, None
+
+        def poll(self):
+            self.polls += 1
+            if self.polls == 3:
+                self.http = http.server.HTTPServer(("127.0.0.1", self.port), Health)
+                threading.Thread(target=self.http.serve_forever, daemon=True).start()
+            return None
+
+        def wait(self, timeout=None):
+            if not self.terminated:
+                assert served, "the address was printed before the server answered"
+                raise KeyboardInterrupt
+            self.http.shutdown()
+            self.http.server_close()
+            return 0
+
+    port = free_port()
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda command, env=None, **streams: started.append(Starting(port)) or started[-1])
+    assert main(["ui", "--port", str(port), "--results-dir", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert served == ["/health"] and started[0].polls >= 3
+    assert f"http://127.0.0.1:{port}/#/experiments/" in out and "workflowType=machine_learning" in out

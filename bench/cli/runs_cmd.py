@@ -1,0 +1,72 @@
+"""``bench runs``: the runs of a results directory, newest first, with filters."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from bench.cli.common import add_location_args, check_locations, text_arg
+
+ID_WIDTH = 12
+"""Characters of a run id shown: a prefix ``bench show`` takes while it is unique."""
+STATUSES = ("running", "finished", "failed", "killed")
+"""The run statuses ``--status`` takes (MLflow's, lower case)."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Adds ``bench runs`` (importing nothing heavy: ``bench --help`` stays fast)."""
+    p = subparsers.add_parser("runs", help="list logged runs (newest first), with filters",
+                              description="Lists the runs of RESULTS_DIR's store, newest first: id (a prefix 'bench "
+                                          "show' takes), status, start, name, utility and privacy score. Superseded "
+                                          "runs show as SUPERSEDED.")
+    p.add_argument("--benchmark", "--task", dest="benchmark", type=text_arg, default=None, help="only this benchmark")
+    p.add_argument("--mechanism", type=text_arg, default=None, help="only this mechanism")
+    p.add_argument("--status", type=str.lower, choices=STATUSES, default=None, help="only runs with this status")
+    p.add_argument("--since", type=text_arg, default=None,
+                   help="only runs started since: 30m, 12h, 3d, 2w ago, or a date/time (2026-11-28T09:00, local)")
+    p.add_argument("--limit", type=int, default=50, help="most runs listed (default 50; 0: all)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line instead of the table")
+    add_location_args(p)
+    p.set_defaults(func=runs)
+
+
+def runs(args: argparse.Namespace) -> int:
+    """Prints the matching runs (and how many more there are beyond --limit)."""
+    import sys
+
+    from bench.errors import BenchError
+    from bench.tracking import Tracker
+    from bench.tracking.lookup import filter_string, parse_since, run_row, search
+
+    if args.limit < 0:
+        raise BenchError(f"--limit must be 0 (all) or more, got {args.limit}")
+    since = parse_since(args.since) if args.since is not None else None
+    check_locations(args, writing=False)
+    tracker = Tracker(args.results_dir, args.tracking_uri, create=False)
+    rows = [run_row(r) for r in search(tracker, filter_string(args.benchmark, args.mechanism, args.status, since))]
+    shown = rows if args.limit == 0 else rows[:args.limit]
+    if args.json:
+        for row in shown:
+            print(json.dumps(row, sort_keys=True))
+    elif shown:
+        print(format_rows(shown))
+    if not rows:
+        print("no runs match" + ("" if args.json else f" in {tracker.uri}"), file=sys.stderr)
+    elif len(rows) > len(shown):
+        print(f"... {len(rows) - len(shown)} more (--limit 0 lists all)", file=sys.stderr)
+    return 0
+
+
+def format_rows(rows: list[dict]) -> str:
+    """Returns the runs as an aligned text table."""
+    header = ["RUN", "STATUS", "STARTED", "UTILITY", "PRIVACY", "SECONDS", "NAME"]
+    lines = [[r["run_id"][:ID_WIDTH], r["status"], r["started"], _number(r["utility"]), _number(r["privacy_score"]),
+              _number(r["runtime_s"], ".0f"), f"{r['name']} [{r['profile']}]" if r["profile"] else r["name"]]
+             for r in rows]
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header) - 1)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line[:-1], widths)) + "  " + line[-1]
+                     for line in [header, *lines])
+
+
+def _number(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)

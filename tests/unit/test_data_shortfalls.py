@@ -1,0 +1,160 @@
+"""Data shortfalls name the setting that fixes them (issue 44, items 4 and 5), and the smaller things of item 5.
+
+The command lines (one line, exit 2, nothing written) are in tests/integration/test_bad_command_lines.py;
+these check that the advice works when followed, and the per-profile epochs, the sheet's
+loader options and the board's settings label.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bench.datasets.base import SplitShape
+from bench.errors import BenchError
+from bench.registry import scoped
+
+
+def plan_cell(tmp_path: Path, task: str, overrides: dict, profile: str = "smoke"):
+    from bench.runner import RunConfig, plan
+
+    return plan(RunConfig(task, "pixelate", profile=profile, results_dir=tmp_path / "results", overrides=overrides,
+                          attacks=()))
+
+
+def people(root: Path, count: int, photos: int = 10) -> Path:
+    """Writes ``count`` people of ``photos`` tiny grey photos each (the same bytes: only the shape matters)."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("L", (8, 8), 100).save(buffer, format="PNG")
+    for person in range(count):
+        (root / f"p{person:02d}").mkdir(parents=True)
+        for photo in range(photos):
+            (root / f"p{person:02d}" / f"{photo}.png").write_bytes(buffer.getvalue())
+    return root
+
+
+def test_a_folder_whose_test_split_has_too_few_people_is_told_the_split_fractions_that_fix_it(tmp_path):
+    tree = people(tmp_path / "people", 20)
+    with scoped(), pytest.raises(BenchError) as caught:
+        plan_cell(tmp_path, "fewshot_folder", {"task": {"data": {"root": str(tree)}}})
+    message = str(caught.value)
+    assert "images per class" not in message and "lower task.test_way" in message
+    fractions = re.search(r"--set task\.data\.split_fractions=(\S+)", message).group(1)
+    with scoped():  # followed, the advice gives the test split its 5 people and the cell plans
+        planned = plan_cell(tmp_path, "fewshot_folder", {"task": {"data.root": str(tree),
+                                                                  "data.split_fractions": fractions}})
+    assert planned.task.config.test_way == 5
+
+
+def test_synthetic_faces_are_told_the_split_ids_that_fix_a_small_test_split(tmp_path):
+    data = {"n_ids": 40, "per_id": 20, "split_ids": [30, 6, 4]}
+    with scoped(), pytest.raises(BenchError, match=r"split_ids=\[29,6,5\] \(train/val/test 29/6/5") as caught:
+        plan_cell(tmp_path, "fewshot_synth_faces", {"task": {"data": data}})
+    ids = re.search(r"split_ids=(\[[\d,]+\])", str(caught.value)).group(1)
+    with scoped():
+        plan_cell(tmp_path, "fewshot_synth_faces", {"task": {"data": data, "data.split_ids": ids}})  # as --set reads it
+
+
+def test_too_few_classes_in_all_asks_for_more_classes_not_another_split(tmp_path):
+    tree = people(tmp_path / "people", 8)
+    with scoped(), pytest.raises(BenchError, match="the data has 8 classes in all and the episodes need 5/1/5"):
+        plan_cell(tmp_path, "fewshot_folder", {"task": {"data": {"root": str(tree)}}})
+
+
+def test_split_advice_moves_classes_from_the_split_with_most_to_spare():
+    from tasks.split_advice import class_split_advice, rebalance
+
+    assert rebalance({"train": 13, "val": 3, "test": 4}, {"train": 5, "val": 1, "test": 5}) == \
+        {"train": 12, "val": 3, "test": 5}
+    assert rebalance({"train": 1, "val": 4, "test": 10}, {"train": 5, "val": 1, "test": 5}) == \
+        {"train": 5, "val": 3, "test": 7}
+    shape = {s: SplitShape((10,) * n) for s, n in (("train", 13), ("val", 3), ("test", 4))}
+    assert "split_fractions=0.6,0.15,0.25" in class_split_advice("split_fractions", shape, {"test": 5}, "test_way")
+    assert class_split_advice("", shape, {"test": 5}, "test_way") == "lower task.test_way, or add classes to the data"
+
+
+def reid_shape(train_ids: int, query_ids: int = 2) -> dict[str, SplitShape]:
+    return {"train": SplitShape((4,) * train_ids), "query": SplitShape((1,) * query_ids),
+            "gallery": SplitShape((4,) * query_ids)}
+
+
+def test_reid_needs_p_training_identities_and_names_the_setting_that_fixes_it():
+    from bench.registry import tasks
+
+    with scoped():
+        smoke = tasks.get("reid_market1501")("smoke", {"data": {"max_ids": None}})
+        smoke.check_data(reid_shape(4))  # p=4: enough
+        with pytest.raises(BenchError, match=r"p=4 .* split 'train' has 3; lower task.p to 3"):
+            smoke.check_data(reid_shape(3))
+        with pytest.raises(BenchError, match=r"has 1; add identities to the training folder$"):
+            smoke.check_data(reid_shape(1))
+        with pytest.raises(BenchError, match="the 'query' split has no identified image"):
+            smoke.check_data(reid_shape(4, query_ids=0))
+        with pytest.raises(BenchError, match="the 'gallery' split has no image of the query identities"):
+            smoke.check_data({**reid_shape(4), "gallery": SplitShape(())})
+        capped = tasks.get("reid_market1501")("smoke", {"data": {"max_ids": 3}})
+        with pytest.raises(BenchError, match=r"raise task.data.max_ids \(now 3\)"):
+            capped.check_data(reid_shape(3))
+
+
+def test_the_few_photos_epochs_follow_the_profile():
+    from bench.config import load_preset
+    from bench.registry import attacks, benchmarks
+
+    with scoped():
+        declared = benchmarks.get("fewshot_folder")
+        epochs = {p: attacks.get("face_reid")(p, declared.settings_of("face_reid", None, p)).config.epochs
+                  for p in ("smoke", "quick", "paper")}
+        assert epochs == {"smoke": load_preset("attacks", "face_reid", "smoke")["epochs"], "quick": 30, "paper": 30}
+        assert declared.settings_of("face_reid", None, "smoke")["enrol_per_id"] == 5  # every profile's setting
+        assert declared.settings_of("face_reid", {"epochs": 7}, "quick")["epochs"] == 7  # --set wins
+        assert declared.settings_of("denoise", None, "quick")["reid.epochs"] == 30
+
+
+def test_the_sheet_takes_a_folder_from_set_or_data_root(tmp_path, capsys):
+    from bench.cli import main
+    from bench.cli.mechanisms_cmd import loader_options
+
+    assert loader_options("folder", {"task": {"data.size": "16"}}, Path("/photos")) == {"size": 16, "root": "/photos"}
+    assert loader_options("folder", {"task": {"data.root": "/a"}}, Path("/b")) == {"root": "/a"}
+    assert "root" not in loader_options("synth_faces", {}, Path("/b"))
+    tree = people(tmp_path / "people", 4, photos=3)
+    for i, how in enumerate((["--data-root", str(tree)], ["--set", f"task.data.root={tree}"])):
+        with scoped():
+            code = main(["mechanisms", "show", "pixelate", "--dataset", "folder", *how, "--n", "2",
+                         "--out", str(tmp_path / f"sheet{i}.png"), "--cache-dir", str(tmp_path / "cache")])
+        assert code == 0, capsys.readouterr().err
+        assert (tmp_path / f"sheet{i}.png").stat().st_size > 0
+
+
+def test_the_settings_label_shows_a_folder_by_name_and_fingerprint_never_its_path():
+    from leaderboard.protocol import canonical_settings, settings_label
+
+    settings = canonical_settings({"task": {"data.root": "/home/alice/photos/people/", "epochs": 3},
+                                   "face_reid": {"weights": "/home/alice/w.pth"}}, ["face_reid"])
+    label = settings_label(settings)
+    assert "/home" not in label and "task.data.root=people" in label and "face_reid.weights=w.pth" in label
+    assert "task.data.root=people (data 0123456789)" in settings_label(settings, "0123456789abcdef")
+    assert "task.epochs=3" in label
+
+
+def test_attribute_adversaries_need_data_that_labels_their_attributes():
+    from bench.registry import attacks, tasks
+    from bench.attribute_checks import check_attributes
+
+    with scoped():
+        task = tasks.get("reid_market1501")("smoke", None)
+        adversaries = {name: attacks.get(name)("smoke", None) for name in ("attribute_inference", "denoise")}
+        unlabelled = {s: SplitShape((4, 4), ()) for s in ("train", "query", "gallery")}
+        with pytest.raises(BenchError, match=r"'attribute_inference' infers gender, .* --attacks none$"):
+            check_attributes(task, adversaries, unlabelled)
+        with pytest.raises(BenchError, match=r"'denoise' infers gender"):
+            check_attributes(task, {"denoise": adversaries["denoise"]}, unlabelled)
+        check_attributes(task, adversaries, {s: SplitShape((4, 4), ("gender", "age")) for s in unlabelled})
+        check_attributes(task, adversaries, {s: SplitShape((4, 4)) for s in unlabelled})  # not known: loaded later
