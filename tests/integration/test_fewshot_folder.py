@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from bench.cli import main

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
-
 import contextlib
 import io
 import json
+
+import pytest
 
 import bench.datasets.shards as shards
 from bench.cli import main
