@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import torch
 
@@ -21,6 +21,7 @@ from bench.datasets import imageread
 from bench.datasets.base import DataShape, ImageSet, Splits, SplitShape
 from bench.datasets.classsplit import COMMON_DEFAULTS, parse_options
 from bench.datasets.folder import Folder, FolderIndex
+from bench.datasets.imagesplit import allocate
 from bench.errors import BenchError
 from bench.registry import register_dataset
 from bench.seeding import make_generator
@@ -46,19 +47,6 @@ def parse_fractions(value: Any) -> tuple[float, ...]:
         raise BenchError(f"folder_images: option image_fractions expects four fractions (train, val, test, "
                          f"population) >= 0 summing to 1 with train > 0, got {value!r}")
     return parts
-
-
-def allocate(n: int, fractions: Sequence[float]) -> list[int]:
-    """Splits n images by fractions (largest remainders); every split with a positive fraction gets one when n allows."""
-    raw = [n * f for f in fractions]
-    sizes = [math.floor(r) for r in raw]
-    for i in sorted(range(len(raw)), key=lambda i: raw[i] - sizes[i], reverse=True)[: n - sum(sizes)]:
-        sizes[i] += 1
-    for i, f in enumerate(fractions):
-        if f > 0 and sizes[i] == 0 and max(sizes) > 1:
-            sizes[max(range(len(sizes)), key=lambda j: sizes[j])] -= 1
-            sizes[i] = 1
-    return sizes
 
 
 @register_dataset("folder_images")
