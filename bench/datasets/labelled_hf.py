@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from bench.datasets import imageread
-from bench.datasets.base import DataShape, ImageSet, Splits, SplitShape
+from bench.datasets.base import ImageSet, Splits
 from bench.datasets.classsplit import parse_options
 from bench.datasets.hf import DEFAULTS as HF_DEFAULTS, HfIndex, HuggingFace, _locate, _row_name
 from bench.datasets.hftables import SPLIT_WORDS, find_parts, read_columns
@@ -57,11 +57,6 @@ class LabelledHf(HuggingFace):
     layout = ("a local Hugging Face dataset of labelled images under --set task.data.path=DIR: a save_to_disk "
               "folder (dataset_dict.json or state.json), or *.parquet / *.arrow files (split named by folder or prefix)")
     description = "a local Hugging Face dataset of labelled images (columns named by options), split by image"
-
-    def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
-        """Reads the label and box columns (no image); returns the splits' shapes."""
-        sel = self._index(root, options).selection
-        return {s: SplitShape.of_labels([lab for lab, sp in zip(sel.labels, sel.split_of) if sp == s]) for s in SPLITS}
 
     def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
         """Decodes the selected rows' images into the cache once (or reads them from it).
