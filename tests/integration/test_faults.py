@@ -53,6 +53,25 @@ def statuses(results: Path) -> list[str]:
     return sorted(r.info.status for r in tracker.client.search_runs([tracker.experiment_id]))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def fresh_process_threads():
+    """Runs this module's in-process cells with the intra-op threads a fresh ``bench run`` process uses.
+
+    Tests compare numbers computed here with those of spawned processes, and float sums
+    depend on how many threads share them; tests before these in one worker may have
+    changed torch's thread count (a grid slot, a Ray worker in this process).
+    """
+    import torch
+
+    code = "from bench.cpus import fit_torch_threads; print(fit_torch_threads())"
+    fresh = int(subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.split()[-1])
+    before = torch.get_num_threads()
+    torch.set_num_threads(fresh)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory) -> tuple[Path, dict[str, float]]:
     """One undisturbed run of the cell: its cache and its metrics."""
