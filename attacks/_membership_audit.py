@@ -5,7 +5,7 @@ other class, so that a model that trains on one must memorise it), are each incl
 the training set by a seeded fair coin; one model is trained by the cell's method (last
 epoch; the canaries count as training records in its accounting) on the release's train
 split plus the included canaries, the canaries are scored by minus their loss, and
-:func:`bench.mia.one_run.one_run_audit` turns the ranked scores into an epsilon lower bound
+:func:`bench.privacy.mia.one_run.one_run_audit` turns the ranked scores into an epsilon lower bound
 with its ceiling (the bound a perfect guesser would reach on the same coins).
 
 The same audit runs on the non-private model (clean train split plus the same canaries):
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.cache import warn
-from bench.datasets.base import ImageSet, Splits
-from bench.interfaces import Release, RunContext
-from bench.mia.one_run import one_run_audit
-from bench.seeding import make_generator
+from bench.core.interfaces import Release, RunContext
+from bench.data.base import ImageSet, Splits
+from bench.privacy.mia.one_run import one_run_audit
+from bench.randomness.seeding import make_generator
+from bench.storage.cache import warn
 
 
 def canary_set(population: ImageSet, count: int, classes: int, seed: int) -> tuple[ImageSet, np.ndarray]:

@@ -1,6 +1,6 @@
 """The pretrained face-recognition pipeline shared by the ``face_reid_pretrained*`` adversaries.
 
-No model is trained on the benchmark's data: pretrained recognizers (:mod:`bench.recognizers`)
+No model is trained on the benchmark's data: pretrained recognizers (:mod:`bench.faces.recognizers`)
 embed enrolment images of the target identities (the evaluated split, divided into
 enrolment and probe images exactly as ``face_reid`` divides it, so every face adversary of
 a cell attacks the same probes) and identify probes by cosine similarity to each identity's
@@ -18,14 +18,14 @@ import numpy as np
 import torch
 
 from attacks._reid_pipeline import Targets
-from bench.cache import Cache
-from bench.cells import content_key
-from bench.config import setting
+from bench.core.config import setting
+from bench.core.interfaces import RunContext
+from bench.core.keys import content_key
 from bench.errors import BenchError
-from bench.interfaces import RunContext
-from bench.recognizers import BACKENDS, Recognizer, load_recognizer
-from bench.recognizers.align import Located, locate
-from bench.recognizers.identify import Gallery, fuse, hits, verification
+from bench.faces.align import Located, locate
+from bench.faces.identify import Gallery, fuse, hits, verification
+from bench.faces.recognizers import BACKENDS, Recognizer, load_recognizer
+from bench.storage.cache import Cache
 
 PIPELINE_VERSION = 1
 

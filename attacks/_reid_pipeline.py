@@ -21,16 +21,16 @@ import torch
 import torch.nn.functional as F
 
 from attacks._targets import Fold, Targets, find_folds, find_targets, pooled_targets
-from bench.config import setting
-from bench.datasets.base import Splits
+from bench.core.config import setting
+from bench.core.interfaces import AttackOutcome, Mechanism, Release, RunContext
+from bench.data.base import Splits
 from bench.errors import BenchError
-from bench.interfaces import AttackOutcome, Mechanism, Release, RunContext
-from bench.modelcache import cached_model
 from bench.nn.classify import ClassifierTraining, train_classifier
 from bench.nn.face_cnn import build_face_model
 from bench.nn.images import image_batches, to_input
 from bench.nn.threads import cpu_threads
-from bench.seeding import derive_seed
+from bench.randomness.seeding import derive_seed
+from bench.storage.modelcache import cached_model
 
 __all__ = ["Fold", "Targets", "find_folds", "find_targets", "pooled_targets"]  # re-exported for the adversaries
 

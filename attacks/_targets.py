@@ -21,12 +21,12 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 import torch
 
-from bench.cells import content_key
-from bench.datasets.base import ImageSet, Splits
+from bench.core.groups import attack_groups, demographic_groups
+from bench.core.interfaces import Release, RunContext
+from bench.core.keys import content_key
+from bench.data.base import ImageSet, Splits
 from bench.errors import BenchError
-from bench.groups import attack_groups, demographic_groups
-from bench.interfaces import Release, RunContext
-from bench.seeding import make_generator
+from bench.randomness.seeding import make_generator
 
 __all__ = ["Fold", "Targets", "find_folds", "find_targets", "pooled_targets"]
 
@@ -97,7 +97,7 @@ class Targets:
         return {"identities": float(self.identities), "probes": float(len(self.probe)), "folds": float(self.folds)}
 
     def groups(self, hits: np.ndarray, clean_hits: np.ndarray) -> dict[str, Any]:
-        """Returns the attack's top-1 per demographic group of the probes (:func:`bench.groups.attack_groups`)."""
+        """Returns the attack's top-1 per demographic group of the probes (:func:`bench.core.groups.attack_groups`)."""
         attrs = {name: codes[self.probe] for name, codes in self.images.attrs.items()}
         groups = demographic_groups(attrs, self.images.attr_names)
         return attack_groups(hits, clean_hits, self.chance, groups, "top1") if groups else {}

@@ -21,21 +21,21 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.benchmarks import declared_attributes
-from bench.cells import content_key
-from bench.config import setting
-from bench.datasets.base import ImageSet, Splits
+from bench.core.benchmarks import declared_attributes
+from bench.core.config import setting
+from bench.core.groups import DEMOGRAPHICS, attack_groups, demographic_groups
+from bench.core.interfaces import Attack, AttackOutcome, Release, RunContext
+from bench.core.keys import content_key
+from bench.core.registry import register_attack
+from bench.data.base import ImageSet, Splits
 from bench.errors import BenchError
-from bench.groups import DEMOGRAPHICS, attack_groups, demographic_groups
-from bench.interfaces import Attack, AttackOutcome, Release, RunContext
-from bench.modelcache import cached_model
 from bench.nn.augment import augment
 from bench.nn.classify import ClassifierTraining, train_classifier
 from bench.nn.images import embed_images
 from bench.nn.resnet import ARCHS, AttributeNet, check_weights
 from bench.nn.threads import cpu_threads
-from bench.registry import register_attack
-from bench.seeding import derive_seed
+from bench.randomness.seeding import derive_seed
+from bench.storage.modelcache import cached_model
 
 MODEL_VERSION = 1
 KNOWN_ATTRIBUTES = ("gender", "age", "race")

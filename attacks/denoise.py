@@ -31,18 +31,18 @@ import torch
 from attacks._reid_pipeline import Fold, clean_reference, find_folds, known_mechanism, pooled_outcome
 from attacks.attribute_inference import AttributeInference
 from attacks.face_reid import FaceReid
-from bench.benchmarks import declared_targets
-from bench.config import setting
-from bench.datasets.base import Splits
+from bench.core.benchmarks import declared_targets
+from bench.core.config import setting
+from bench.core.interfaces import Attack, AttackOutcome, Release, RunContext
+from bench.core.registry import register_attack
+from bench.data.base import Splits
 from bench.errors import BenchError
-from bench.interfaces import Attack, AttackOutcome, Release, RunContext
-from bench.modelcache import cached_model
 from bench.nn.dncnn import DenoiserTraining, DnCNN, denoise_images, image_quality, train_denoiser
 from bench.nn.images import prepare
 from bench.nn.threads import cpu_threads
-from bench.registry import register_attack
-from bench.release import apply_to_split
-from bench.seeding import derive_seed
+from bench.randomness.seeding import derive_seed
+from bench.release.dataset import apply_to_split
+from bench.storage.modelcache import cached_model
 
 MODEL_VERSION = 1
 QUALITY_IMAGES = 2000

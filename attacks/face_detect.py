@@ -21,13 +21,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.config import setting
-from bench.datasets.base import ImageSet, Splits
+from bench.core.config import setting
+from bench.core.groups import attack_groups, demographic_groups
+from bench.core.interfaces import Attack, AttackOutcome, Release, RunContext
+from bench.core.registry import register_attack
+from bench.data.base import ImageSet, Splits
 from bench.errors import BenchError
-from bench.faces import detect_boxes, face_hits
-from bench.groups import attack_groups, demographic_groups
-from bench.interfaces import Attack, AttackOutcome, Release, RunContext
-from bench.registry import register_attack
+from bench.faces.detect import detect_boxes, face_hits
 
 __all__ = ["FaceDetect", "FaceDetectConfig"]
 

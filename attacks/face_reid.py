@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from attacks._reid_pipeline import (
+    MODEL_VERSION,
     AdaptedTraining,
     FaceIdentifier,
-    MODEL_VERSION,
     FaceReidConfig,
     Fold,
     adapted_embedder,
@@ -36,12 +36,12 @@ from attacks._reid_pipeline import (
     known_mechanism,
     pooled_outcome,
 )
-from bench.config import deep_merge, load_preset, setting
-from bench.datasets.base import DataShape, Splits
+from bench.core.config import deep_merge, load_preset, setting
+from bench.core.interfaces import Attack, AttackOutcome, Release, RunContext
+from bench.core.registry import register_attack
+from bench.data.base import DataShape, Splits
 from bench.errors import BenchError
-from bench.interfaces import Attack, AttackOutcome, Release, RunContext
-from bench.registry import register_attack
-from bench.release import apply_to_split
+from bench.release.dataset import apply_to_split
 
 __all__ = ["AdaptedConfig", "FaceReid", "FaceReidAdapted", "FaceReidConfig"]
 

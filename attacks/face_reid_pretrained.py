@@ -3,7 +3,7 @@
 The few-shot privacy paper attacks with FaceNet pretrained on VGGFace2; face
 de-identification benchmarks score privacy against pretrained recognizers and report
 verification rates. These adversaries train nothing on the benchmark's data
-(:mod:`attacks._pretrained_pipeline`, :mod:`bench.recognizers`):
+(:mod:`attacks._pretrained_pipeline`, :mod:`bench.faces.recognizers`):
 
 - ``face_reid_pretrained``: enrols clean gallery images of the target identities and
   identifies released probes;
@@ -44,11 +44,11 @@ from attacks._pretrained_pipeline import (
 from attacks._reid_pipeline import Fold, find_folds, known_mechanism, pooled_targets
 from attacks.denoise import Denoise
 from attacks.face_reid import FaceReid
-from bench.cells import content_key
-from bench.datasets.base import DataShape, Splits
-from bench.interfaces import Attack, AttackOutcome, Release, RunContext
-from bench.registry import register_attack
-from bench.release import apply_to_split
+from bench.core.interfaces import Attack, AttackOutcome, Release, RunContext
+from bench.core.keys import content_key
+from bench.core.registry import register_attack
+from bench.data.base import DataShape, Splits
+from bench.release.dataset import apply_to_split
 
 __all__ = ["FaceReidPretrained", "FaceReidPretrainedAdapted", "FaceReidPretrainedRestored", "RestoredConfig"]
 

@@ -10,12 +10,12 @@ evaluated split (test; val when tuning), never trained on:
   ``references`` models on half of pool + candidates each, per target;
 - ``rmia``: RMIA (Zarifzadeh et al. 2024) with each candidate's OUT models, its factor
   ``a`` chosen by leave-one-reference-out on the adversary's own models
-  (:func:`bench.mia.references.choose_rmia_a`) unless fixed by ``rmia_a``.
+  (:func:`bench.privacy.mia.references.choose_rmia_a`) unless fixed by ``rmia_a``.
 
 Reference models are trained by the task's own recipe on the adversary's data: half of the
 ``population`` split (disjoint from every training record), plus, online, the candidates.
 The privacy score is the TPR at the lowest FPR the non-member count resolves
-(:func:`bench.mia.lowfpr.scoring_fpr`; chance TPR = FPR), of whichever of LiRA and RMIA has
+(:func:`bench.privacy.mia.lowfpr.scoring_fpr`; chance TPR = FPR), of whichever of LiRA and RMIA has
 the higher TPR on the non-private model trained on clean images (the clean reference,
 cached and shared); its standard error is binomial over the members. AUC and the
 split-threshold epsilon bound stay reported. With ``canaries`` > 0, a one-run audit
@@ -31,22 +31,22 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from bench.cache import warn
-from bench.config import setting
-from bench.datasets.base import DataShape, ImageSet, Splits
+from bench.core.config import setting
+from bench.core.interfaces import Attack, AttackOutcome, Release, RunContext
+from bench.core.registry import register_attack
+from bench.data.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
-from bench.interfaces import Attack, AttackOutcome, Release, RunContext
-from bench.mia import lira_offline_scores, membership_metrics
-from bench.mia.lowfpr import MIN_FALSE_POSITIVES, coarse, scoring_fpr, tpr_with_se
-from bench.mia.references import (
+from bench.privacy.mia import lira_offline_scores, membership_metrics
+from bench.privacy.mia.lowfpr import MIN_FALSE_POSITIVES, coarse, scoring_fpr, tpr_with_se
+from bench.privacy.mia.references import (
     LIRA_ONLINE_MIN_MODELS,
     choose_rmia_a,
     lira_online_scores,
     reference_keep,
     rmia_out_scores,
 )
-from bench.registry import register_attack
-from bench.seeding import derive_seed, make_generator
+from bench.randomness.seeding import derive_seed, make_generator
+from bench.storage.cache import warn
 
 ATTACKS = ("loss", "lira", "rmia")
 SCORING = ("lira", "rmia")

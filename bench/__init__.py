@@ -2,12 +2,12 @@
 
 Importing this package is cheap on purpose, and changes nothing in the process: heavy
 modules (torch models, MLflow, datasets) are imported where they are used, and the memory
-tuning of :mod:`bench._memory` (an environment variable, glibc's heap settings, a watch
+tuning of :mod:`bench.system.memory` (an environment variable, glibc's heap settings, a watch
 thread) starts only when a cell runs or the ``bench`` command starts, or when a script
 opts in with :func:`tune_allocator` before importing torch.
 """
 
-__version__ = "0.1.0"
+from bench.core.version import __version__
 
 #: Marks the top-level packages as PrivBench's own (``tasks``, ``attacks`` and
 #: ``leaderboard`` are generic import names that another distribution could shadow).
@@ -25,7 +25,7 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     if name == "tune_allocator":
-        from bench._memory import tune_allocator
+        from bench.system.memory import tune_allocator
 
         return tune_allocator
     raise AttributeError(f"module 'bench' has no attribute {name!r}")

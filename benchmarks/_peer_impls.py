@@ -34,8 +34,8 @@ import numpy as np
 import torch
 from torch.nn.functional import avg_pool2d
 
-from bench.registry import mechanisms
-from bench.streams import Streams
+from bench.core.registry import mechanisms
+from bench.randomness.streams import Streams
 from bench.testing.references import authors_face_blur
 from mechanisms._dp import dp_pix_scale
 

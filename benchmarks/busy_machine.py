@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.cpus import usable_cpus
+from bench.system.cpus import usable_cpus
 
 ROOT = Path(__file__).resolve().parents[1]
 

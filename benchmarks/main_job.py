@@ -15,7 +15,7 @@ worktree) runs too, at fp32, alternating with this checkout's, so that before an
 are timed on one machine in one session: the ratio of their median cell times is printed,
 and whether their metrics are identical (each one that differs is listed with both
 values). A revision whose results predate ``stage_seconds`` shows its total only.
-``--precision`` lists the precisions this checkout runs at (:mod:`bench.precision`), each
+``--precision`` lists the precisions this checkout runs at (:mod:`bench.system.precision`), each
 timed the same way; bf16 computes other numbers, so its metrics are compared with fp32's
 only to say that they differ.
 ``--devices`` lists the devices each precision runs on (``bench run --device``; by default

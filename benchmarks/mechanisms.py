@@ -40,9 +40,9 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter
 
-from bench import kernels
-from bench.registry import mechanisms
-from bench.streams import Streams
+from bench.core.registry import mechanisms
+from bench.randomness.streams import Streams
+from bench.system import kernels
 from bench.testing.mechanisms import synthetic_boxes
 from bench.testing.references import authors_face_blur
 from mechanisms._dp import dp_pix_scale, image_dp_scale

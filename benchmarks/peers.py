@@ -66,10 +66,10 @@ import numpy as np
 import PIL
 import torch
 
-from bench import kernels
-from bench.provenance import cpu_model
-from bench.registry import mechanisms
-from bench.streams import Streams
+from bench.cell.provenance import cpu_model
+from bench.core.registry import mechanisms
+from bench.randomness.streams import Streams
+from bench.system import kernels
 from bench.testing.mechanisms import synthetic_boxes
 
 

@@ -28,12 +28,12 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.datasets.base import ImageSet, Splits  # noqa: E402
-from bench.interfaces import Release, RunContext  # noqa: E402
-from bench.recognizers import load_recognizer  # noqa: E402
-from bench.recognizers.align import locate  # noqa: E402
-from bench.registry import attacks, datasets, mechanisms  # noqa: E402
-from bench.release import apply_to_split  # noqa: E402
+from bench.core.interfaces import Release, RunContext  # noqa: E402
+from bench.core.registry import attacks, datasets, mechanisms  # noqa: E402
+from bench.data.base import ImageSet, Splits  # noqa: E402
+from bench.faces.align import locate  # noqa: E402
+from bench.faces.recognizers import load_recognizer  # noqa: E402
+from bench.release.dataset import apply_to_split  # noqa: E402
 
 GRID = [("identity", {}), ("pixelate", {"block": 4}), ("pixelate", {"block": 8}), ("blur", {"radius": 2}),
         ("blur", {"radius": 4}), ("gaussian_noise", {"sigma": 25}), ("gaussian_noise", {"sigma": 75}),
@@ -61,7 +61,7 @@ def folder_splits(root: Path) -> Splits:
 
 def synthetic_splits(cache: Path) -> Splits:
     """fewshot_synth_faces' data at the quick profile."""
-    from bench.registry import tasks
+    from bench.core.registry import tasks
 
     task = tasks.get("fewshot_synth_faces")("quick")
     return datasets.get("synth_faces")().load(None, task.data_options(), cache)

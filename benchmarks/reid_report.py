@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.tracking import Tracker  # noqa: E402
+from bench.storage.tracking import Tracker  # noqa: E402
 from leaderboard.store import read_bundle, runs_frame  # noqa: E402
 
 
@@ -145,10 +145,10 @@ def plot(frame: pd.DataFrame, path: Path, title: str) -> None:
 
 def samples(frame: pd.DataFrame, results_dir: Path, path: Path, task: str, count: int = 8) -> None:
     """Writes a sheet of query images of different identities under every setting of the suite."""
-    from bench.datasets.base import load_dataset
-    from bench.registry import mechanisms, tasks
-    from bench.sheets import sample_sheet
-    from bench.streams import Streams
+    from bench.cell.sheets import sample_sheet
+    from bench.core.registry import mechanisms, tasks
+    from bench.data.base import load_dataset
+    from bench.randomness.streams import Streams
 
     task_obj = tasks.get(task)("quick")
     clean = load_dataset(task_obj.dataset, None, task_obj.data_options(), results_dir / "cache")["query"]

@@ -2,7 +2,7 @@
 
 Builds a synthetic split of N images (default 200,000 at 128x128, ~9.8 GB as uint8) as
 Arrow shards, releases it with dp_pix through the harness's release path
-(``bench.release.make_release``: shard by shard, each image drawing from the stream of
+(``bench.release.dataset.make_release``: shard by shard, each image drawing from the stream of
 its global index) and streams the release through a task's data path
 (``bench.nn.images.embed_images``: a DataLoader over the shards, a Conv-4 embedding every
 image). A sampler thread records the private memory (RssAnon: anonymous pages, not the
@@ -32,14 +32,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._memory import release_free_memory  # noqa: E402
-from bench.cache import Cache  # noqa: E402
-from bench.datasets.base import ImageSet, Splits, SplitsSink, cached_sharded_splits  # noqa: E402
-from bench.interfaces import RunContext  # noqa: E402
+from bench.core.interfaces import RunContext  # noqa: E402
+from bench.core.registry import mechanisms  # noqa: E402
+from bench.data.base import ImageSet, Splits, SplitsSink, cached_sharded_splits  # noqa: E402
 from bench.nn.conv4 import Conv4  # noqa: E402
 from bench.nn.images import embed_images  # noqa: E402
-from bench.registry import mechanisms  # noqa: E402
-from bench.release import apply_to_split, make_release  # noqa: E402
+from bench.release.dataset import apply_to_split, make_release  # noqa: E402
+from bench.storage.cache import Cache  # noqa: E402
+from bench.system.memory import release_free_memory  # noqa: E402
 
 CHUNK = 512
 
@@ -79,7 +79,7 @@ class PeakMemory(threading.Thread):
             time.sleep(0.2)
 
     def reset(self) -> None:
-        """Hands back what the last phase freed (the heap keeps it: bench/_memory.py) and starts a new peak."""
+        """Hands back what the last phase freed (the heap keeps it: bench/system/memory.py) and starts a new peak."""
         release_free_memory()
         self.peak_kib = 0
 

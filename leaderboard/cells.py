@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench import precision
-from bench.scores import TOO_WEAK
+from bench.core.scores import TOO_WEAK
+from bench.system import precision
 from leaderboard.protocol import BoardKey, board_overrides, canonical_params, canonical_settings
 
 __all__ = [

@@ -19,7 +19,7 @@ from bench.errors import BenchError
 from leaderboard.protocol import K_MAX, MIN_SEEDS, canonical_params
 
 if TYPE_CHECKING:
-    from bench.grid import Cell, Suite
+    from bench.scale.grid import Cell, Suite
 
 __all__ = [
     "DeclaredCell",
@@ -98,7 +98,7 @@ def declaration_block(suite: str, profile: str, seeds: Sequence[int], cells: Ite
         suite: The suite's name.
         profile: Its profile.
         seeds: Its seeds.
-        cells: The validated cells of the entry (from :func:`bench.grid.expand`).
+        cells: The validated cells of the entry (from :func:`bench.scale.grid.expand`).
     """
     listed = [{"cell_key": c.key, "benchmark": c.config.task, "seed": c.config.seed, "params": dict(c.config.params)}
               for c in cells]
@@ -153,9 +153,9 @@ def declarations_from_suite(suite: "Suite", data_root: Path | None = None) -> li
     Raises:
         BenchError: The suite does not expand (unknown names, invalid values, missing data).
     """
-    from bench.grid import Placement, expand
-    from bench.precision import DEFAULT, PRECISIONS
-    from bench.registry import tasks
+    from bench.core.registry import tasks
+    from bench.scale.grid import Placement, expand
+    from bench.system.precision import DEFAULT, PRECISIONS
 
     cells = expand(suite, Placement(results_dir=Path("results"), data_root=data_root))
     for mixed in (p for p in PRECISIONS if p != DEFAULT):
@@ -179,9 +179,9 @@ def entry_label(config: Any) -> str:
     """Returns what a cell's entry-defining task settings name (``DP-SGD(flat, ε=3)``), or ``""``.
 
     Cells of one mechanism trained by different methods are different entries (rows) of
-    one board; see :attr:`bench.interfaces.Task.entry_settings`.
+    one board; see :attr:`bench.core.interfaces.Task.entry_settings`.
     """
-    from bench.registry import tasks
+    from bench.core.registry import tasks
 
     task_cls = tasks.get(config.task)
     if not task_cls.entry_settings:
@@ -214,13 +214,13 @@ def suite_declarations(refs: Sequence[str | Path] | None = None,
     """Returns the local declarations of suites, and the shipped suites that do not expand.
 
     Args:
-        refs: Suite names or YAML paths; None means every suite shipped in bench/suites/.
+        refs: Suite names or YAML paths; None means every suite shipped in bench/scale/suites/.
         data_root: Root of real datasets (planning a cell inspects its data).
 
     Raises:
         BenchError: A suite named explicitly in ``refs`` cannot be loaded or expanded.
     """
-    from bench.grid import load_suite, suite_names
+    from bench.scale.grid import load_suite, suite_names
 
     explicit = refs is not None
     declarations: list[Declaration] = []

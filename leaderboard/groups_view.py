@@ -1,9 +1,9 @@
 """Results by demographic group on a mechanism's page: one table per configuration, seeds averaged.
 
-A cell's ``Result.groups`` (:func:`bench.groups.cell_groups`) holds, per attribute and
+A cell's ``Result.groups`` (:func:`bench.core.groups.cell_groups`) holds, per attribute and
 group, the task's utility and each attack's success and privacy. On the site a
 configuration's seeds are pooled into one table of the same shape
-(:func:`average_groups`) and laid out by :func:`bench.report.group_rows`, as in the text
+(:func:`average_groups`) and laid out by :func:`bench.cell.report.group_rows`, as in the text
 report. Averaging rules:
 
 - a number is the mean over seeds, shown only where it exists in every seed; a group
@@ -21,9 +21,9 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
-from bench.groups import MIN_GROUP_SIZE, TOO_SMALL, largest_gaps, worst_group
-from bench.report import group_rows
-from bench.scores import TOO_WEAK
+from bench.cell.report import group_rows
+from bench.core.groups import MIN_GROUP_SIZE, TOO_SMALL, largest_gaps, worst_group
+from bench.core.scores import TOO_WEAK
 from leaderboard.boards import Board, Leaderboard
 from leaderboard.protocol import precision_suffix
 
@@ -96,8 +96,8 @@ def average_groups(seeds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         seeds: Non-empty ``Result.groups`` dicts, one per seed.
 
     Returns:
-        ``{min_size, utility?, attacks?, worst_privacy?}`` as :func:`bench.groups.cell_groups`
-        writes it, readable by :func:`bench.report.group_rows`; ``{}`` for no seeds.
+        ``{min_size, utility?, attacks?, worst_privacy?}`` as :func:`bench.core.groups.cell_groups`
+        writes it, readable by :func:`bench.cell.report.group_rows`; ``{}`` for no seeds.
     """
     seeds = [g for g in seeds if g]
     if not seeds:
@@ -136,7 +136,7 @@ def board_group_tables(board: Board, mechanism: str) -> list[dict[str, Any]]:
 
     Each is ``{entry, params, seeds, seeds_with, seeds_total, min_size, note, header, rows,
     gaps}``: ``rows`` are lists of ``{text, flag}`` cells (``flag``: the cell holds a
-    reason instead of a number), ``gaps`` lines of text (:func:`bench.report.group_rows`).
+    reason instead of a number), ``gaps`` lines of text (:func:`bench.cell.report.group_rows`).
     """
     cells = board.cells[[board.standing(e).mechanism == mechanism for e in board.cells["entry"]]]
     return _tables(cells, ["entry", "configuration"], lambda config: config["entry"].iloc[0])

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from bench.cells import content_key
-from bench.precision import DEFAULT as FULL_PRECISION
+from bench.core.keys import content_key
+from bench.system.precision import DEFAULT as FULL_PRECISION
 from leaderboard.stats import LEVEL, MIN_SEEDS
 
 __all__ = [
@@ -75,8 +75,8 @@ def board_overrides(benchmark: str, overrides: Mapping[str, Any]) -> dict[str, A
     A task's ``entry_settings`` (dp_vit's ``training``: the DP-SGD method) make rows of
     one board; every other setting makes its own board. Unknown benchmarks keep them all.
     """
+    from bench.core.registry import tasks
     from bench.errors import BenchError
-    from bench.registry import tasks
 
     try:
         prefixes = tuple(tasks.get(benchmark).entry_settings) if benchmark else ()
@@ -136,7 +136,7 @@ class BoardKey:
             the task's entry settings; empty for results written before it was recorded
             (their own board).
         precision: ``fp32``, or ``bf16`` for cells whose networks ran in mixed precision
-            (:mod:`bench.precision`): never ranked beside fp32 cells.
+            (:mod:`bench.system.precision`): never ranked beside fp32 cells.
     """
 
     benchmark: str

@@ -30,7 +30,12 @@ from leaderboard.groups_view import mechanism_groups
 from leaderboard.plot import frontier_plot
 from leaderboard.protocol import precision_suffix, settings_label
 from leaderboard.table import (
-    exploration_table, hardware_note, leaderboard_table, privacy_text, rank_label, worst_group,
+    exploration_table,
+    hardware_note,
+    leaderboard_table,
+    privacy_text,
+    rank_label,
+    worst_group,
 )
 from leaderboard.verification import VERIFIED
 

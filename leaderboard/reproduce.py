@@ -4,8 +4,8 @@ A digest (:mod:`leaderboard.verification`) tells an entry edited after submissio
 computing a cell again tells one whose numbers were never computed. Each sampled cell is
 planned from what the entry records (task, mechanism and its resolved parameters, seed,
 profile, split, precision, the suite's adversaries and the cell's ``--set`` sections) by
-the normal path (:func:`bench.runner.plan`, then :func:`bench.cellrun.execute`, forced),
-into a results directory of its own, and its numbers (:func:`bench.tracking.metrics.result_metrics`,
+the normal path (:func:`bench.cell.runner.plan`, then :func:`bench.cell.execute.execute`, forced),
+into a results directory of its own, and its numbers (:func:`bench.storage.tracking.metrics.result_metrics`,
 less run times) are compared with the entry's.
 
 Tolerance. A cell is deterministic on one machine at one precision (PyTorch's deterministic
@@ -94,8 +94,8 @@ def plan_cell(entry: Mapping[str, Any], cell: Mapping[str, Any], results_dir: Pa
     Raises:
         BenchError: The cell cannot be planned here (unknown names, invalid settings, missing data).
     """
-    from bench import precision
-    from bench.runner import RunConfig, plan
+    from bench.cell.runner import RunConfig, plan
+    from bench.system import precision
 
     suite = entry.get("suite") or {}
     attacks = suite.get("attacks")
@@ -119,8 +119,8 @@ def _device(cell: Mapping[str, Any]) -> str:
 
 def compare(stated: Mapping[str, Any], computed: Mapping[str, Any], check: CellCheck) -> None:
     """Compares two results' numbers into ``check`` under the tolerance their hardware allows."""
-    from bench.interfaces import Result
-    from bench.tracking.metrics import result_metrics
+    from bench.core.interfaces import Result
+    from bench.storage.tracking.metrics import result_metrics
     from leaderboard.cells import hardware_label
 
     same = hardware_label(stated) == hardware_label(computed)
@@ -176,9 +176,9 @@ def reproduce(entry: Mapping[str, Any], cells: Sequence[Mapping[str, Any]], resu
     Returns:
         One check per cell, in order.
     """
-    from bench.cellrun import execute, one_line
-    from bench.grid import cell_label
-    from bench.tracking import Tracker
+    from bench.cell.execute import execute, one_line
+    from bench.scale.grid import cell_label
+    from bench.storage.tracking import Tracker
 
     with _results_folder(results_dir) as folder:
         checks, planned = [], []
@@ -236,7 +236,7 @@ def _threads(cell: Mapping[str, Any]) -> Iterator[None]:
     """
     import torch
 
-    from bench.cpus import usable_cpus
+    from bench.system.cpus import usable_cpus
 
     recorded = str((cell.get("versions") or {}).get("cpu_threads", ""))
     before = torch.get_num_threads()

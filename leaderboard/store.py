@@ -21,15 +21,15 @@ from urllib.request import url2pathname
 
 import pandas as pd
 
+from bench.core.interfaces import RESULT_SCHEMA, Result
 from bench.errors import BenchError
-from bench.interfaces import RESULT_SCHEMA, Result
-from bench.tracking import SUPERSEDED
-from bench.tracking.health import StoreDamaged
-from bench.tracking.verify import RESULT_DIGEST, UnverifiedResult, check_result
-from bench.tune_cost import TUNING_COST_TAG
+from bench.scale.tune_cost import TUNING_COST_TAG
+from bench.storage.tracking import SUPERSEDED
+from bench.storage.tracking.health import StoreDamaged
+from bench.storage.tracking.verify import RESULT_DIGEST, UnverifiedResult, check_result
 
 if TYPE_CHECKING:
-    from bench.tracking import Tracker
+    from bench.storage.tracking import Tracker
     from leaderboard.declare import Declaration
 
 __all__ = [
@@ -61,7 +61,7 @@ class Skipped:
         superseded: Runs a forced re-run replaced.
         unreadable: FINISHED runs without a readable result.json.
         unverified: FINISHED runs whose result.json does not match the digest they logged, or
-            that logged none (:mod:`bench.tracking.verify`).
+            that logged none (:mod:`bench.storage.tracking.verify`).
         missing: FINISHED runs that logged a result.json which is gone (artifacts deleted).
     """
 
@@ -150,7 +150,7 @@ def runs_frame(tracker: "Tracker", skipped: Skipped | None = None) -> pd.DataFra
 
 def _moved(tracker: Any) -> bool:
     """Whether the store was copied or moved and still reads its artifacts elsewhere (relocate's case, not damage)."""
-    from bench.tracking.relocate import moved_from
+    from bench.storage.tracking.relocate import moved_from
 
     try:
         old = moved_from(tracker.results_dir)
@@ -341,13 +341,13 @@ def write_bundle(rows: pd.DataFrame, path: str | Path) -> int:
 
     JSON keeps every result whole (``{"bundle": 1, "cells": [Result dict + run_id,
     source, overrides]}``), so :func:`read_bundle` gives the rows back; CSV and Parquet hold
-    the flat per-cell table of :func:`bench.api.results_frame` for spreadsheets and pandas.
+    the flat per-cell table of :func:`leaderboard.frames.results_frame` for spreadsheets and pandas.
     The file is written atomically. Returns the number of cells.
 
     Raises:
         BenchError: A suffix other than .json, .csv or .parquet.
     """
-    from bench.api import results_frame
+    from leaderboard.frames import results_frame
 
     path = Path(path)
     suffix = path.suffix.lower()

@@ -5,7 +5,7 @@ what it can check here, without the MLflow store the cells came from:
 
 - its mechanism is registered in this installation, at the version its cells ran;
 - every cell carries the SHA-256 of its result.json (``result_sha256``, the digest its
-  MLflow run logged, :mod:`bench.tracking.verify`) and what the entry states hashes to it;
+  MLflow run logged, :mod:`bench.storage.tracking.verify`) and what the entry states hashes to it;
 - every cell that makes a formal claim has a passed audit of that claim in the entry's
   ``audit`` record (a report's ``verdict``, or ``passed: true`` in older entries);
 - ``bench submit``'s conformance record says passed.
@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from bench.interfaces import Result
-from bench.tracking.verify import result_digest
+from bench.core.interfaces import Result
+from bench.storage.tracking.verify import result_digest
 from leaderboard.protocol import canonical_params
 
 __all__ = [
@@ -127,7 +127,7 @@ def check_entry(entry: Mapping[str, Any]) -> EntryCheck:
 
 
 def _mechanism_problems(name: str, cells: list[Mapping[str, Any]]) -> list[str]:
-    from bench.registry import mechanisms
+    from bench.core.registry import mechanisms
 
     if name not in mechanisms:
         return [f"mechanism {name!r} is not registered here"]

@@ -11,8 +11,8 @@ import math
 
 import torch
 
-from bench.kernels import DEVICE_BATCH_VALUES
-from bench.streams import Streams
+from bench.randomness.streams import Streams
+from bench.system.kernels import DEVICE_BATCH_VALUES
 
 MAX_BLOCK = 4096
 """Largest cell side a pixelating mechanism accepts (larger than any image it is meant for)."""
@@ -28,7 +28,7 @@ of fresh pages (whose faults made the cost per value grow with the batch), and m
 
 def chunk_values(device: torch.device | str) -> int:
     """Returns the input values per chunk on ``device``: :data:`CHUNK_VALUES` on the CPU, else a release's batch there
-    (:data:`bench.kernels.DEVICE_BATCH_VALUES`)."""
+    (:data:`bench.system.kernels.DEVICE_BATCH_VALUES`)."""
     return CHUNK_VALUES if torch.device(device).type == "cpu" else DEVICE_BATCH_VALUES
 
 
@@ -222,7 +222,7 @@ def cast_uint8(values: torch.Tensor) -> torch.Tensor:
 def draws_by_default(generator: Streams, method: str) -> bool:
     """True when ``generator``'s ``method`` is Streams' own, so a fused kernel may draw in its place.
 
-    A fused kernel draws exactly what the method would (:mod:`bench.rng`); a Streams
+    A fused kernel draws exactly what the method would (:mod:`bench.randomness.rng`); a Streams
     subclass that overrides the method is honoured by calling it instead.
     """
     return getattr(type(generator), method) is getattr(Streams, method)

@@ -8,12 +8,12 @@ from typing import Iterator, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from bench.cache import Cache
-from bench.datasets.base import ImageSet, fingerprint
+from bench.core.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, RunContext, Streams
+from bench.core.registry import register_mechanism
+from bench.data.base import ImageSet, fingerprint
 from bench.errors import BenchError
-from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, RunContext, Streams
-from bench.registry import register_mechanism
-from bench.seeding import derive_seed
+from bench.randomness.seeding import derive_seed
+from bench.storage.cache import Cache
 from mechanisms._dp import latent_scale
 from mechanisms._ops import to_uint8
 

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import torch
 
-from bench import rng
-from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
-from bench.kernels import deciding, kernel
-from bench.registry import register_mechanism
+from bench.core.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
+from bench.core.registry import register_mechanism
+from bench.randomness import rng
+from bench.system.kernels import deciding, kernel
 from mechanisms._dp import dp_pix_scale
-from mechanisms._ops import MAX_BLOCK, cast_uint8, cell_counts, cell_means, chunks, draws_by_default, fill_cells, to_uint8
+from mechanisms._ops import (
+    MAX_BLOCK,
+    cast_uint8,
+    cell_counts,
+    cell_means,
+    chunks,
+    draws_by_default,
+    fill_cells,
+    to_uint8,
+)
 
 
 @kernel

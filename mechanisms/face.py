@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.core.interfaces import Mechanism, Param, ParamSpace, Streams
+from bench.core.registry import register_mechanism
 from bench.errors import BenchError
-from bench.interfaces import Mechanism, Param, ParamSpace, Streams
-from bench.registry import register_mechanism
 from mechanisms._blur import blend_blurred
 from mechanisms._threads import run_beside
 
@@ -41,7 +41,7 @@ def _check_boxes(owner: str, images: torch.Tensor, boxes: list[torch.Tensor] | N
     if boxes is None:
         raise BenchError(
             f"mechanism {owner!r} needs face boxes, but none were given: use a dataset with boxes "
-            "or detect them first with bench.faces.detect_boxes"
+            "or detect them first with bench.faces.detect.detect_boxes"
         )
     if len(boxes) != images.shape[0]:
         raise BenchError(f"mechanism {owner!r} got boxes for {len(boxes)} images, expected {images.shape[0]}")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from bench import rng
-from bench.interfaces import Mechanism, Param, ParamSpace, Streams
-from bench.kernels import deciding, kernel
-from bench.registry import register_mechanism
+from bench.core.interfaces import Mechanism, Param, ParamSpace, Streams
+from bench.core.registry import register_mechanism
+from bench.randomness import rng
+from bench.system.kernels import deciding, kernel
 from mechanisms._ops import cast_uint8, chunks, draws_by_default, to_uint8
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from bench.interfaces import Mechanism, ParamSpace, Streams
-from bench.registry import register_mechanism
+from bench.core.interfaces import Mechanism, ParamSpace, Streams
+from bench.core.registry import register_mechanism
 
 
 @register_mechanism("identity")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
-from bench.registry import register_mechanism
+from bench.core.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
+from bench.core.registry import register_mechanism
 from mechanisms._dp import image_dp_epsilon_factor, image_dp_levels, image_dp_scale
 from mechanisms._ops import MAX_BLOCK, chunks, draws_by_default, fill_cells, rounded_cell_means
 

@@ -1,20 +1,20 @@
 """The benchmarks: (task kind, dataset, adversaries, attribute targets), one line each.
 
 This table is the only place a benchmark's name is declared (see
-:func:`bench.benchmarks.declare_benchmark`). Each one's settings are
+:func:`bench.core.benchmarks.declare_benchmark`). Each one's settings are
 ``tasks/presets/<name>.yaml`` (profiles smoke / quick / paper) unless it names another
 benchmark's with ``preset=``; ``bench list benchmarks`` shows them with their adversaries.
 """
 
 from __future__ import annotations
 
-from bench.benchmarks import declare_benchmark as benchmark
+from bench.core.benchmarks import declare_benchmark as benchmark
 from tasks.classify import PROTOCOLS, Classify
 from tasks.dp_vit import DpVit
-from tasks.transfer import Transfer
 from tasks.fewshot import FewShot
 from tasks.fidelity import Fidelity
 from tasks.reid import Reid
+from tasks.transfer import Transfer
 
 FACES = ("face_reid", "face_reid_adapted", "denoise")
 """Face re-identification, the same adapted to the mechanism, and the denoising adversary."""

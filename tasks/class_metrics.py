@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from bench.datasets.base import Splits
+from bench.data.base import Splits
 
 
 def class_count(clean: Splits) -> int:

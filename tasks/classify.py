@@ -39,16 +39,16 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench import precision
-from bench.config import setting
-from bench.datasets.base import DataShape, Splits
+from bench.core.config import setting
+from bench.core.interfaces import Release, RunContext, Task
+from bench.data.base import DataShape, Splits
 from bench.errors import BenchError
-from bench.interfaces import Release, RunContext, Task
-from bench.modelcache import cached_model
 from bench.nn.classifiers import ARCHS, Classifier, check_input
 from bench.nn.ddp import BACKENDS, run_data_parallel, world_size
-from bench.seeding import derive_seed, make_generator
 from bench.nn.stream_train import SgdSchedule, predict, train_streamed
+from bench.randomness.seeding import derive_seed, make_generator
+from bench.storage.modelcache import cached_model
+from bench.system import precision
 from tasks.class_metrics import (
     bootstrap_mean_interval,
     class_count,

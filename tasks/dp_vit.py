@@ -3,7 +3,7 @@
 The DP vision transformer paper (``../shared/papers/dp-vit-image-recognition.txt``) trains a
 ViT with DP-SGD: flat clipping, its per-layer median clipping (Eqs. 9-13) and an adaptive
 weighted fusion of two DP models (Eqs. 14-17). The training method is a setting group
-(``task.training.*``, :class:`bench.dpsgd.method.TrainingMethod`) that names the *entry*,
+(``task.training.*``, :class:`bench.privacy.dpsgd.method.TrainingMethod`) that names the *entry*,
 not the board: ``identity + DP-SGD(flat, ε=3)`` and ``identity + DP-SGD(per_layer, ε=3)``
 are two rows of one board.
 
@@ -28,17 +28,17 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from bench.config import setting
-from bench.datasets.base import DataShape, ImageSet, Splits
-from bench.dpsgd.accounting import CrossCheck
-from bench.dpsgd.method import Schedule, TrainingMethod, accounting_facts
-from bench.dpsgd.train import per_example_loss, predict_proba, train_private
+from bench.core.config import setting
+from bench.core.interfaces import PrivacyClaim, Release, RunContext, Task
+from bench.core.params import Param, ParamSpace
+from bench.data.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
-from bench.interfaces import PrivacyClaim, Release, RunContext, Task
-from bench.modelcache import cached_model
 from bench.nn.vit import build_vit
-from bench.params import Param, ParamSpace
-from bench.seeding import derive_seed
+from bench.privacy.dpsgd.accounting import CrossCheck
+from bench.privacy.dpsgd.method import Schedule, TrainingMethod, accounting_facts
+from bench.privacy.dpsgd.train import per_example_loss, predict_proba, train_private
+from bench.randomness.seeding import derive_seed
+from bench.storage.modelcache import cached_model
 from tasks.class_metrics import class_count, topk_accuracy
 
 MODEL_VERSION = 1

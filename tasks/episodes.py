@@ -133,7 +133,7 @@ def group_episode_accuracies(
         embeddings: Metric name -> [M, D] embeddings of the split's images (``acc`` on
             released images, ``acc_clean`` by the clean model on clean images, say).
         labels: [M] class (identity) of each image.
-        groups: From :func:`bench.groups.demographic_groups`.
+        groups: From :func:`bench.core.groups.demographic_groups`.
         episode: (way, shot + query, shot).
         episodes: Episodes per group.
         generator: (attribute, value) -> the generator of that group's episodes.

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-from bench import precision
-from bench.curves import EpochValues
-from bench.datasets.base import ImageSet
-from bench.interfaces import RunContext
+from bench.core.curves import EpochValues
+from bench.core.interfaces import RunContext
+from bench.data.base import ImageSet
 from bench.nn.images import embed, embed_images, prepare, to_input
+from bench.system import precision
 from tasks.episodes import EpisodeSampler, episode_accuracies, prototypical_loss
-
-if TYPE_CHECKING:
-    from tasks.fewshot import FewShotConfig
+from tasks.fewshot_config import FewShotConfig
 
 CHANNELS_LAST = torch.channels_last
 

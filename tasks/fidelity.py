@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from bench.config import setting
-from bench.datasets.base import Splits
-from bench.groups import MIN_GROUP_SIZE, demographic_groups, mean_groups
-from bench.interfaces import Release, RunContext, Task
+from bench.core.config import setting
+from bench.core.groups import MIN_GROUP_SIZE, demographic_groups, mean_groups
+from bench.core.interfaces import Release, RunContext, Task
+from bench.data.base import Splits
 
 LUMA = (0.299, 0.587, 0.114)
 

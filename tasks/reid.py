@@ -27,21 +27,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench import precision
-from bench.cells import content_key
-from bench.config import setting
-from bench.datasets.base import DataShape, ImageSet, Splits
+from bench.core.config import setting
+from bench.core.groups import MIN_GROUP_SIZE, demographic_groups, mean_groups
+from bench.core.interfaces import Release, RunContext, Task
+from bench.core.keys import content_key
+from bench.data.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
-from bench.groups import MIN_GROUP_SIZE, demographic_groups, mean_groups
-from bench.interfaces import Release, RunContext, Task
-from bench.modelcache import cached_model
 from bench.nn.augment import augment
 from bench.nn.images import embed_images, to_input
 from bench.nn.losses import batch_hard_triplet_loss, centroid_triplet_loss
 from bench.nn.resnet import ARCHS, ReidNet, check_weights
 from bench.nn.sampling import PKSampler
 from bench.nn.threads import cpu_threads
-from bench.seeding import derive_seed, make_generator
+from bench.randomness.seeding import derive_seed, make_generator
+from bench.storage.modelcache import cached_model
+from bench.system import precision
 from tasks.reid_centroids import CentroidGallery, build_centroids, centroid_query_aps, evaluate_centroids
 from tasks.reid_metrics import evaluate_rank
 

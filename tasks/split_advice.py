@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from bench.datasets.base import DataShape
+from bench.data.base import DataShape
 
 SPLITS = ("train", "val", "test")
 

@@ -28,14 +28,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.config import setting
-from bench.datasets.base import DataShape, ImageSet, Splits, load_dataset
+from bench.core.config import setting
+from bench.core.interfaces import Release, RunContext
+from bench.data.base import DataShape, ImageSet, Splits, load_dataset
 from bench.errors import BenchError
-from bench.interfaces import Release, RunContext
-from bench.modelcache import cached_model
 from bench.nn.classifiers import Classifier
 from bench.nn.stream_train import SgdSchedule, predict, train_streamed
-from bench.seeding import derive_seed, make_generator
+from bench.randomness.seeding import derive_seed, make_generator
+from bench.storage.modelcache import cached_model
 from tasks.class_metrics import (
     bootstrap_interval,
     bootstrap_mean_interval,
@@ -115,7 +115,7 @@ class Transfer(RecipeTask):
         Raises:
             BenchError: Missing target data (naming its layout) or a missing split.
         """
-        from bench.registry import datasets
+        from bench.core.registry import datasets
 
         shape = datasets.get(self.config.target)().inspect(root, self.target_options())
         for split in ("train", eval_split):

@@ -1,7 +1,7 @@
 """The audit the conformance suite runs on every claimed mechanism.
 
 The suite audits each claimed mechanism at ``CONFORMANCE_CONFIDENCE`` (0.99) with the
-counted trials its claim needs (:func:`bench.audit.plan.trials_needed`: enough to refute
+counted trials its claim needs (:func:`bench.privacy.audit_plan.trials_needed`: enough to refute
 a 1.25 x over-claim), at most ``CONFORMANCE_MAX_TRIALS`` per input, on audit images of
 ``CONFORMANCE_IMAGE_SIZE`` (and the ragged ``(S+3) x (S+1)``): every pixel is a candidate
 and every value of the release is read. Large claims need more trials than that budget
@@ -28,7 +28,7 @@ import torch
 from bench.audit.config import AuditConfig
 from bench.audit.report import AuditReport
 from bench.audit.run import audit_mechanism, gate_trials
-from bench.interfaces import Mechanism
+from bench.core.interfaces import Mechanism
 
 CONFORMANCE_CONFIDENCE = 0.99
 """Joint confidence of the conformance audit's bound."""

@@ -30,13 +30,13 @@ from typing import Callable
 
 import torch
 
-from bench import mechanism_guard
 from bench.audit.config import AuditConfig
 from bench.audit.units import Auditor, register_auditor, whole_image_boxes
+from bench.core.interfaces import Mechanism, PrivacyClaim
 from bench.errors import BenchError
-from bench.interfaces import Mechanism, PrivacyClaim
-from bench.seeding import make_generator
-from bench.streams import Streams
+from bench.randomness.seeding import make_generator
+from bench.randomness.streams import Streams
+from bench.release import guard as mechanism_guard
 
 MID_GREY = 128
 """Value of the pixels both m-pixel inputs share: far from both clip bounds."""

@@ -6,9 +6,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bench.audit.maths import trials_to_demonstrate
-from bench.audit.plan import POWER_RATIO, verdict
-from bench.interfaces import PrivacyClaim
+from bench.core.interfaces import PrivacyClaim
+from bench.privacy.audit_maths import trials_to_demonstrate
+from bench.privacy.audit_plan import POWER_RATIO, verdict
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class AuditReport:
     A mechanism without a claim has nothing to audit: ``claim`` is None, no trial ran
     and the numbers are None; it passes.
 
-    The verdict (:func:`bench.audit.plan.verdict`): ``failed`` when the bound exceeds the
+    The verdict (:func:`bench.privacy.audit_plan.verdict`): ``failed`` when the bound exceeds the
     claim; ``inconclusive`` when it does not but fewer trials ran than ``trials_needed``
     (the audit could not have refuted a 1.25 x over-claim); ``passed`` otherwise.
 
@@ -47,7 +47,7 @@ class AuditReport:
         pair_separation: How far apart the scan found the audited pair's releases, in
             pooled standard deviations of its statistic (infinite: un-noised); None without a scan.
         trials_needed: Counted trials per input from which the audit can pass
-            (:func:`bench.audit.plan.trials_needed`); None when no audit can run that many.
+            (:func:`bench.privacy.audit_plan.trials_needed`); None when no audit can run that many.
     """
 
     mechanism: str

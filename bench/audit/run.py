@@ -5,7 +5,7 @@ the counted trials are drawn and their error counts are honest binomial draws:
 
 1. scan: every candidate pair of the auditor (:meth:`Auditor.candidate_count`) is released
    ``scan_trials`` times per input; the pair whose release separates the inputs most
-   (:func:`bench.audit.distinguish.scan_separations`) is audited if it separates them
+   (:func:`bench.privacy.distinguish.scan_separations`) is audited if it separates them
    ``SCAN_PREFERENCE`` times as well as the canonical pair 0 does (a leak or an un-noised
    region shows as a separation of 1e9 and more: the fitted noise of an un-noised value is
    0), else the canonical pair;
@@ -24,17 +24,16 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from bench import kernels
-
 from bench.audit.config import MIN_TRIALS, AuditConfig
-from bench.audit.distinguish import Rule, candidate_statistics, choose_rule, scan_separations
-from bench.audit.maths import clopper_pearson_upper, epsilon_lower_bound, max_demonstrable_epsilon
-from bench.audit.plan import planned_trials, trials_needed
 from bench.audit.report import AuditReport
 from bench.audit.units import Auditor, auditor_for
+from bench.core.interfaces import Mechanism, PrivacyClaim
 from bench.errors import BenchError
-from bench.interfaces import Mechanism, PrivacyClaim
-from bench.streams import Streams
+from bench.privacy.audit_maths import clopper_pearson_upper, epsilon_lower_bound, max_demonstrable_epsilon
+from bench.privacy.audit_plan import planned_trials, trials_needed
+from bench.privacy.distinguish import Rule, candidate_statistics, choose_rule, scan_separations
+from bench.randomness.streams import Streams
+from bench.system import kernels
 
 Progress = Callable[..., Iterable]
 """Wraps a loop to report it: ``progress(iterable, total=None, desc=None)``."""
@@ -167,12 +166,12 @@ def audit_mechanism(mechanism: Mechanism, config: AuditConfig, progress: Progres
         mechanism: The configured mechanism (fitted by the auditor when it needs it).
         config: The audit settings.
         progress: Wraps the loops over counted trials (``progress(iterable, total=, desc=)``,
-            as :meth:`bench.progress.Emitter.progress`).
+            as :meth:`bench.system.progress.Emitter.progress`).
 
     Returns:
         The report; its verdict is ``failed`` when the bound exceeds the claimed epsilon,
         ``inconclusive`` when it does not but the trials are fewer than
-        :func:`bench.audit.plan.trials_needed`, else ``passed``.
+        :func:`bench.privacy.audit_plan.trials_needed`, else ``passed``.
 
     Raises:
         BenchError: See :func:`plan_audit`.
@@ -229,7 +228,7 @@ def audit_mechanism(mechanism: Mechanism, config: AuditConfig, progress: Progres
 def gate_trials(mechanism: Mechanism, confidence: float, cap: int) -> int:
     """Returns the counted trials per input a gate audits a mechanism's claim with.
 
-    :func:`bench.audit.plan.planned_trials`: the trials its claim needs to pass, within
+    :func:`bench.privacy.audit_plan.planned_trials`: the trials its claim needs to pass, within
     ``[MIN_TRIALS, cap]``; ``MIN_TRIALS`` without a claim or with one the audit refuses
     (:func:`plan_audit` then says why).
 
@@ -280,8 +279,8 @@ def run_audit(
         BenchError: An unknown name, bad parameters or settings, or a claim that cannot be
             audited; all raised before any trial runs.
     """
-    from bench.registry import mechanisms
-    from bench.runner import resolve_device
+    from bench.core.registry import mechanisms
+    from bench.system.devices import resolve_device
 
     config = AuditConfig(trials=MIN_TRIALS if trials is None else trials, confidence=confidence, seed=seed,
                          device=str(resolve_device(device)), image_size=image_size).validate()

@@ -25,13 +25,13 @@ from typing import Callable, ClassVar, Iterator
 
 import torch
 
-from bench import mechanism_guard
 from bench.audit.config import AuditConfig
-from bench.datasets.base import ImageSet
+from bench.core.interfaces import Mechanism, PrivacyClaim, RunContext
+from bench.data.base import ImageSet
 from bench.errors import BenchError
-from bench.interfaces import Mechanism, PrivacyClaim, RunContext
-from bench.seeding import make_generator
-from bench.streams import Streams
+from bench.randomness.seeding import make_generator
+from bench.randomness.streams import Streams
+from bench.release import guard as mechanism_guard
 
 PUBLIC_IMAGES = 64
 """Random public images a mechanism that needs ``fit`` is fitted on before an audit."""

@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
         try:
             super()._check_value(action, value)
         except argparse.ArgumentError as exc:
-            from bench.config import did_you_mean
+            from bench.core.config import did_you_mean
 
             raise argparse.ArgumentError(action, exc.message + did_you_mean(value, action.choices or ())) from None
 
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Returns the parser with every subcommand attached."""
     import importlib
 
-    from bench import __version__
+    from bench.core.version import __version__
 
     parser = _Parser(prog="bench", description="PrivBench: privacy-utility benchmarks for image privacy mechanisms")
     parser.add_argument("--version", action="version", version=f"privbench {__version__}")
@@ -64,10 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI; returns the exit status (0 ok, 2 user error, 130 interrupted)."""
-    from bench._memory import tune_allocator
+    from bench.system.memory import tune_allocator
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    tune_allocator()  # before torch is imported: huge pages for large CPU tensors (bench/_memory.py)
+    tune_allocator()  # before torch is imported: huge pages for large CPU tensors (bench/system/memory.py)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

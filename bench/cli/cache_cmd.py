@@ -23,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Verifies or cleans; ``verify`` exits 1 when an entry is damaged."""
-    from bench.cache import Cache, remove_entry
+    from bench.storage.cache import Cache, remove_entry
 
     check_locations(args, writing=False)
     root = cache_dir(args)

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.core.params import parse_assignments
 from bench.errors import BenchError
-from bench.params import parse_assignments
+from bench.system.progress import interactive  # noqa: F401  (the commands' import path)
 
 if TYPE_CHECKING:
-    from bench.runner import RunConfig
+    from bench.cell.runner import RunConfig
 
 
 def add_cell_options(parser: argparse.ArgumentParser, many: bool = False) -> None:
@@ -68,7 +68,7 @@ def load_plugins(args: argparse.Namespace) -> None:
     Raises:
         BenchError: A file is missing or fails to import.
     """
-    from bench.registry import load_file
+    from bench.core.registry import load_file
 
     for path in args.mechanism_file:
         load_file(path)
@@ -87,12 +87,12 @@ def run_config(args: argparse.Namespace, absolute: bool = False, **extra: Any) -
         BenchError: A malformed --param, --set or --attacks, or a location that
             :func:`check_locations` refuses.
     """
-    from bench.runner import RunConfig
+    from bench.cell.runner import RunConfig
 
     check_locations(args)
     results, cache, uri = args.results_dir, cache_dir(args), args.tracking_uri
     if absolute:
-        from bench.tracking import tracking_uri
+        from bench.storage.tracking import tracking_uri
 
         results, cache = results.resolve(), cache.resolve()
         uri = tracking_uri(results, uri)
@@ -151,10 +151,10 @@ def check_locations(args: argparse.Namespace, writing: bool = True) -> None:
 
     Raises:
         BenchError: A name over 255 bytes, a folder that cannot be written, or a tracking
-            URI that :func:`bench.tracking.check_tracking_uri` refuses (in memory, missing folder).
+            URI that :func:`bench.storage.tracking.check_tracking_uri` refuses (in memory, missing folder).
     """
-    from bench.folders import check_path_name, check_writable_folder
-    from bench.tracking import tracking_uri
+    from bench.storage.folders import check_path_name, check_writable_folder
+    from bench.storage.tracking import tracking_uri
 
     check = check_writable_folder if writing else check_path_name
     check("--results-dir", args.results_dir)
@@ -166,7 +166,7 @@ def check_locations(args: argparse.Namespace, writing: bool = True) -> None:
 
 def cache_dir(args: argparse.Namespace) -> Path:
     """Returns the cache directory from --cache-dir, $BENCH_CACHE or the results dir."""
-    if getattr(args, "cache_dir", None) is not None:  # bench.api builds namespaces without it
+    if getattr(args, "cache_dir", None) is not None:  # bench.api.runs builds namespaces without it
         return args.cache_dir
     if os.environ.get("BENCH_CACHE"):
         return Path(os.environ["BENCH_CACHE"])
@@ -212,11 +212,6 @@ def parse_attacks(text: str | None) -> tuple[str, ...] | None:
     if "none" in names:
         raise BenchError(f"--attacks: 'none' cannot be combined with adversaries, got {text!r}")
     return tuple(names)
-
-
-def interactive() -> bool:
-    """Whether to draw progress: stderr is a terminal and not in CI."""
-    return sys.stderr.isatty() and not os.environ.get("CI")
 
 
 PORTS = 65535

@@ -35,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def add_cell_args(p: argparse.ArgumentParser) -> None:
     """Adds the options that select a grid's cells and where they run: --suite and the cell options for many cells."""
-    p.add_argument("--suite", default=None, help="a suite name from bench/suites/ (smoke, standard) or a YAML file")
+    p.add_argument("--suite", default=None, help="a suite name from bench/scale/suites/ (smoke, standard) or a YAML file")
     add_cell_options(p, many=True)
 
 
@@ -58,7 +58,7 @@ def build_cells(args: argparse.Namespace):
     Raises:
         BenchError: A bad suite, list or cell.
     """
-    from bench.grid import expand
+    from bench.scale.grid import expand
 
     check_locations(args)
     load_plugins(args)
@@ -73,7 +73,7 @@ def select_suite(args: argparse.Namespace):
     Raises:
         BenchError: Neither a suite nor tasks and mechanisms, or names not in the suite.
     """
-    from bench.grid import load_suite, suite_from_lists
+    from bench.scale.grid import load_suite, suite_from_lists
 
     tasks, names = split_names(args.task), split_names(args.mechanism)
     if args.suite is not None:
@@ -85,7 +85,7 @@ def select_suite(args: argparse.Namespace):
 
 def adjust_suite(suite, args: argparse.Namespace):
     """Applies --param lists, --seeds, --profile, --set and --attacks to a suite."""
-    from bench.grid import parse_ints, parse_value_lists
+    from bench.scale.grid import parse_ints, parse_value_lists
 
     params = parse_value_lists(args.param)
     if params:
@@ -111,8 +111,8 @@ def adjust_suite(suite, args: argparse.Namespace):
 
 def placement(args: argparse.Namespace):
     """Returns the Placement (absolute paths, explicit tracking URI) of the parsed options."""
-    from bench.grid import Placement
-    from bench.tracking import tracking_uri
+    from bench.scale.grid import Placement
+    from bench.storage.tracking import tracking_uri
 
     results = args.results_dir.resolve()
     return Placement(
@@ -123,12 +123,12 @@ def placement(args: argparse.Namespace):
 
 def executor_config(args: argparse.Namespace):
     """Returns the ExecutorConfig of the parsed options."""
-    from bench.executors import ExecutorConfig
+    from bench.scale.executors import ExecutorConfig
 
     if args.workers is not None and args.workers < 1:
         raise BenchError(f"--workers must be at least 1, got {args.workers}")
     if args.executor == "processes" and args.workers is not None:
-        from bench.cpus import usable_cpus
+        from bench.system.cpus import usable_cpus
 
         if args.workers > usable_cpus():
             raise BenchError(f"--workers {args.workers}: this machine gives this process {usable_cpus()} CPU(s), and "
@@ -149,10 +149,10 @@ def run_grid(cells, where, executor, quiet: bool = False):
         executor: ExecutorConfig.
         quiet: No progress output.
     """
-    from bench.cellrun import sweep_orphans
-    from bench.executors import open_tracker, run_cells, worker_count
-    from bench.grid import CellOutcome, GridProgress, GridSummary, pending
-    from bench.progress import Display
+    from bench.cell.execute import sweep_orphans
+    from bench.scale.executors import open_tracker, run_cells, worker_count
+    from bench.scale.grid import CellOutcome, GridProgress, GridSummary, pending
+    from bench.system.progress import Display
 
     started = time.perf_counter()
     tracker = open_tracker(where.results_dir, where.tracking_uri)
@@ -191,8 +191,8 @@ def grid(args: argparse.Namespace) -> int:
 
 
 def _dry_run(cells, where) -> int:
-    from bench.grid import finished_runs, on_real_data
-    from bench.tracking import Tracker
+    from bench.scale.grid import finished_runs, on_real_data
+    from bench.storage.tracking import Tracker
 
     done: dict[str, list[str]] = {}
     local_db = (where.tracking_uri or "").startswith("sqlite:///")

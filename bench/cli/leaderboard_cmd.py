@@ -70,7 +70,7 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default=None, help="only cells of this profile")
     p.add_argument("--suite", action="append", default=None, metavar="NAME|FILE",
                    help="suites whose local cells form declared entries (repeatable; default: every suite in "
-                        "bench/suites/)")
+                        "bench/scale/suites/)")
     p.add_argument("--data-root", type=Path, default=None,
                    help="root of real datasets, to expand suites on real data (default $BENCH_DATA)")
     add_location_args(p)
@@ -121,8 +121,8 @@ def collect(args: argparse.Namespace):
     """
     import pandas as pd
 
-    from bench.tracking import Tracker
-    from bench.tracking.health import NoResults
+    from bench.storage.tracking import Tracker
+    from bench.storage.tracking.health import NoResults
     from leaderboard.boards import build_leaderboard
     from leaderboard.declare import suite_declarations
     from leaderboard.store import Skipped, combine, read_entries, runs_frame
@@ -165,10 +165,9 @@ def build_site_from(args: argparse.Namespace) -> Path:
     import tempfile
     import warnings
 
+    from bench.storage.folders import check_writable_folder
     from leaderboard.render import build_site
     from leaderboard.store import sample_sheets
-
-    from bench.folders import check_writable_folder
 
     out = site_folder(args)
     check_writable_folder("--out", out)
@@ -284,8 +283,8 @@ def verify_cmd(args: argparse.Namespace) -> int:
     Raises:
         BenchError: The entry file is not an entry, or an option is invalid (before any work).
     """
-    from bench.folders import check_writable_folder
-    from bench.runner import resolve_device
+    from bench.storage.folders import check_writable_folder
+    from bench.system.devices import resolve_device
     from leaderboard.exports import terminal_safe
     from leaderboard.reproduce import reproduce, sample_cells
     from leaderboard.store import load_entry

@@ -17,7 +17,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def list_registered(args: argparse.Namespace) -> int:
     """Prints the registered names of one kind (or all kinds) with their details."""
-    from bench import registry
+    from bench.core import registry
 
     for kind in [args.kind] if args.kind else KINDS:
         table = getattr(registry, kind)

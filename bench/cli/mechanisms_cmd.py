@@ -12,8 +12,8 @@ import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from bench.core.params import parse_assignments
 from bench.errors import BenchError
-from bench.params import parse_assignments
 
 if TYPE_CHECKING:
     import torch
@@ -90,7 +90,7 @@ def loader_options(dataset: str, overrides: Mapping[str, Mapping[str, str]], tre
     """Returns the loader options of a sheet's dataset: its small defaults updated by ``--set task.data.*``.
 
     Values are read as YAML, as ``bench run`` reads them. A dataset read from a tree
-    (:class:`~bench.datasets.folder.Folder` and its kinds) takes ``tree`` (``--data-root``)
+    (:class:`~bench.data.loaders.folder.Folder` and its kinds) takes ``tree`` (``--data-root``)
     as its ``root`` when ``--set task.data.root`` does not name one.
 
     Raises:
@@ -98,8 +98,8 @@ def loader_options(dataset: str, overrides: Mapping[str, Mapping[str, str]], tre
     """
     import yaml
 
-    from bench.datasets.folder import Folder
-    from bench.registry import datasets
+    from bench.core.registry import datasets
+    from bench.data.loaders.folder import Folder
 
     for section, values in overrides.items():
         for key in values:
@@ -135,7 +135,7 @@ def _sample(images: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def _load_images(dataset: str, cache_dir: Path, data_root: Path | None, n: int, options: Mapping[str, Any]):
-    from bench.datasets import load_dataset
+    from bench.data import load_dataset
 
     splits = load_dataset(dataset, data_root, options, cache_dir)
     shown = splits["test"] if "test" in splits else next(iter(splits.sets.values()))
@@ -178,7 +178,7 @@ def show_mechanism(
         n: Images per row.
         out: PNG path to write.
         seed: Seed of the mechanism's per-image streams.
-        device: Device the mechanism runs on: auto, cpu, cuda or cuda:N (see :func:`bench.runner.resolve_device`).
+        device: Device the mechanism runs on: auto, cpu, cuda or cuda:N (see :func:`bench.system.devices.resolve_device`).
         cache_dir: Cache for the dataset and fitted models.
         data_root: Root of real datasets.
         images: An ImageSet to show instead of loading ``dataset`` (boxes used if present).
@@ -193,13 +193,14 @@ def show_mechanism(
         BenchError: Unknown mechanism or dataset, invalid parameters, sweeps, seed, device or
             output file (all checked before any image is loaded).
     """
-    from bench.folders import check_writable_file, check_writable_folder
-    from bench import mechanism_guard
-    from bench.interfaces import RunContext
-    from bench.registry import datasets, mechanisms
-    from bench.runner import check_seed, resolve_device
-    from bench.sheets import check_sheet_path, sample_sheet
-    from bench.streams import Streams
+    from bench.cell.runner import check_seed
+    from bench.cell.sheets import check_sheet_path, sample_sheet
+    from bench.core.interfaces import RunContext
+    from bench.core.registry import datasets, mechanisms
+    from bench.randomness.streams import Streams
+    from bench.release import guard as mechanism_guard
+    from bench.storage.folders import check_writable_file, check_writable_folder
+    from bench.system.devices import resolve_device
 
     cls = mechanisms.get(name)
     rows_params = settings(dict(params or {}), dict(sweep or {}))
@@ -224,7 +225,7 @@ def show_mechanism(
         public = public if public is not None else images
     boxes = images.boxes
     if cls.uses_boxes and boxes is None:
-        from bench.faces import detect_boxes
+        from bench.faces.detect import detect_boxes
 
         boxes = detect_boxes(images.images, device)
     ctx = RunContext(device=device, seed=seed, profile="smoke", data_root=data_root, cache_dir=cache_dir)

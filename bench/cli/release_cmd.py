@@ -1,4 +1,4 @@
-"""``bench release``: obfuscate a folder of images for real use (the work is :mod:`bench.folder_release`).
+"""``bench release``: obfuscate a folder of images for real use (the work is :mod:`bench.release.folder`).
 
 Only the options live here, so that ``bench --help`` imports neither torch nor numpy.
 """
@@ -37,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validates the release, performs it and prints a summary."""
-    from bench.folder_release import run as release
+    from bench.release.folder import run as release
 
     check_release_paths(args)
     return release(args)
@@ -49,7 +49,7 @@ def check_release_paths(args: argparse.Namespace) -> None:
     Raises:
         BenchError: A name over 255 bytes, or an --out or --cache-dir that cannot be written.
     """
-    from bench.folders import check_path_name, check_writable_folder
+    from bench.storage.folders import check_path_name, check_writable_folder
 
     check_path_name("--in", args.source)
     for flag, folder in (("--out", args.target), ("--cache-dir", args.cache_dir)):

@@ -20,8 +20,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def relocate_cmd(args: argparse.Namespace) -> int:
     """Rewrites the locations and says what changed."""
-    from bench.folders import check_path_name
-    from bench.tracking.relocate import relocate
+    from bench.storage.folders import check_path_name
+    from bench.storage.tracking.relocate import relocate
 
     check_path_name("--results-dir", args.results_dir)
     old, changed = relocate(args.results_dir)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.cli.common import add_location_args, path_arg
 from bench.errors import BenchError
-from bench.folders import check_writable_file, check_writable_folder
+from bench.storage.folders import check_writable_file, check_writable_folder
 
 FORMATS = ("markdown", "latex", "csv")
 
@@ -39,7 +39,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "as on the site); boards are built as by 'bench leaderboard build'")
     p.add_argument("--suite", action="append", default=None, metavar="NAME|FILE",
                    help="with --plot: suites whose local cells form declared entries (repeatable; default: every "
-                        "suite in bench/suites/)")
+                        "suite in bench/scale/suites/)")
     p.add_argument("--data-root", type=Path, default=None,
                    help="with --plot: root of real datasets, to expand suites on real data (default $BENCH_DATA)")
     add_location_args(p)
@@ -50,11 +50,9 @@ def report(args: argparse.Namespace) -> int:
     """Prints (or writes) the report."""
     import pandas as pd
 
-    from bench.tracking import Tracker
+    from bench.storage.tracking import Tracker
     from leaderboard.report import parse_column, report_table, to_csv_text, to_latex, to_markdown
-    from leaderboard.store import Skipped, combine, read_entries, runs_frame
-
-    from leaderboard.store import read_bundle, write_bundle
+    from leaderboard.store import Skipped, combine, read_bundle, read_entries, runs_frame, write_bundle
 
     for option in ("out", "cells"):
         path = getattr(args, option)

@@ -28,12 +28,12 @@ def run(args: argparse.Namespace) -> int:
     """Validates the cell, opens the tracking store, computes (or finds) the cell and prints its table."""
     import sys
 
-    from bench.cellrun import execute
-    from bench.grid import cell_label
-    from bench.progress import Display
-    from bench.report import format_result
-    from bench.runner import plan
-    from bench.tracking import Tracker
+    from bench.cell.execute import execute
+    from bench.cell.report import format_result
+    from bench.cell.runner import plan
+    from bench.scale.grid import cell_label
+    from bench.storage.tracking import Tracker
+    from bench.system.progress import Display
 
     load_plugins(args)
     cell = plan(run_config(args, verify_data=args.verify_data))

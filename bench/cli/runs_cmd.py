@@ -35,8 +35,8 @@ def runs(args: argparse.Namespace) -> int:
     import sys
 
     from bench.errors import BenchError
-    from bench.tracking import Tracker
-    from bench.tracking.lookup import filter_string, parse_since, run_row, search
+    from bench.storage.tracking import Tracker
+    from bench.storage.tracking.lookup import filter_string, parse_since, run_row, search
 
     if args.limit < 0:
         raise BenchError(f"--limit must be 0 (all) or more, got {args.limit}")

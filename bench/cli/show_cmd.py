@@ -20,8 +20,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def show(args: argparse.Namespace) -> int:
     """Loads a run's result.json from MLflow and prints it."""
-    from bench.report import format_result
-    from bench.tracking import Tracker
+    from bench.cell.report import format_result
+    from bench.storage.tracking import Tracker
 
     tracker = Tracker(args.results_dir, args.tracking_uri, create=False)
     run_id = tracker.find_run(args.run_id)

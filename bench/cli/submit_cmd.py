@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.cli.common import path_arg
 from bench.cli.grid_cmd import (
     add_executor_args,
     adjust_suite,
@@ -20,7 +21,6 @@ from bench.cli.grid_cmd import (
     run_grid,
     split_names,
 )
-from bench.cli.common import path_arg
 from bench.errors import BenchError
 
 
@@ -50,8 +50,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def submit(args: argparse.Namespace) -> int:
     """Checks, runs and writes the entry; prints where and the entry's leaderboard rows."""
     from bench.cli.leaderboard_cmd import entries_dir
-    from bench.grid import expand
-    from bench.registry import mechanisms
+    from bench.core.registry import mechanisms
+    from bench.scale.grid import expand
 
     load_plugins(args)
     names = split_names(args.mechanism)
@@ -119,7 +119,7 @@ def check_protocol(suite, cells) -> None:
 
 SUBMIT_AUDIT_MAX_TRIALS = 200_000
 """The submission audit's budget: most counted trials per input of one configuration's audit.
-Below it, each audit runs the trials its claim needs to pass (:func:`bench.audit.plan.trials_needed`,
+Below it, each audit runs the trials its claim needs to pass (:func:`bench.privacy.audit_plan.trials_needed`,
 about 17,000 at epsilon 1, 10,000 at 2, 67,000 at 6); a claim that needs more (epsilon above
 about 7 at 99%) is audited at the budget and recorded ``inconclusive`` unless refuted. On the
 8x8 audit images a DP-Pix audit at the budget takes about a minute on a shared 2-core CPU."""
@@ -151,7 +151,7 @@ def submission_audit(name: str, cells) -> dict[str, Any] | None:
         BenchError: A lower bound exceeds its claim (nothing is run or written).
     """
     from bench.audit import run_audit
-    from bench.registry import mechanisms
+    from bench.core.registry import mechanisms
 
     reports: dict[str, Any] = {}
     for cell in cells:
@@ -172,7 +172,7 @@ def submission_audit(name: str, cells) -> dict[str, Any] | None:
 
 def submission_suite(ref: str, name: str, tasks: list[str] | None):
     """Returns the suite limited to one mechanism (its own settings, or the defaults if unlisted)."""
-    from bench.grid import MechanismSpec, load_suite
+    from bench.scale.grid import MechanismSpec, load_suite
 
     suite = load_suite(ref)
     if any(spec.name == name for spec in suite.mechanisms):
@@ -210,10 +210,10 @@ def build_entry(args, parts: EntryParts, summary, where) -> dict[str, Any]:
     the result's own fields (task, params, seed, profile, split, precision, data
     fingerprints) it is what ``bench leaderboard verify`` recomputes a cell from.
     """
-    from bench.provenance import git_sha, versions
-    from bench.tracking import Tracker
+    from bench.cell.provenance import git_sha, versions
+    from bench.storage.tracking import Tracker
+    from bench.storage.tracking.verify import result_digest
     from leaderboard.declare import declaration_block
-    from bench.tracking.verify import result_digest
     from leaderboard.store import ENTRY_SCHEMA
     from leaderboard.verification import DIGEST_FIELD
 
@@ -265,7 +265,7 @@ def check_entry_target(folder: Path, name: str) -> None:
         BenchError: --entries is not a folder and cannot be created, or the entry's file
             is a folder or holds something other than an entry of this name.
     """
-    from bench.folders import check_writable_folder
+    from bench.storage.folders import check_writable_folder
 
     check_writable_folder("--entries", folder)
     path = entry_path(folder, name)

@@ -13,8 +13,8 @@ from bench.errors import BenchError
 if TYPE_CHECKING:
     import optuna
 
-    from bench.grid import CellOutcome
-    from bench.tune import Selected
+    from bench.scale.grid import CellOutcome
+    from bench.scale.tune import Selected
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -43,9 +43,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def tune(args: argparse.Namespace) -> int:
     """Runs trials until the study is full, prints its Pareto trials and runs them on test."""
-    from bench.tune import TuneConfig, run_selected_on_test
-    from bench.tune_storage import still_running, storage_text
-    from bench.tune import tune as run_study
+    from bench.scale.tune import TuneConfig, run_selected_on_test
+    from bench.scale.tune import tune as run_study
+    from bench.scale.tune_storage import still_running, storage_text
 
     check_tune_options(args)
     base = run_config(args, absolute=True)
@@ -78,8 +78,8 @@ def check_tune_options(args: argparse.Namespace) -> None:
             larger than --trials (NSGA-II would never breed a generation), or a journal
             file (--storage journal:PATH) that cannot be written.
     """
-    from bench.cpus import usable_cpus
-    from bench.folders import check_writable_file
+    from bench.storage.folders import check_writable_file
+    from bench.system.cpus import usable_cpus
 
     cpus = usable_cpus()
     if args.threads is not None and not 1 <= args.threads <= cpus:
@@ -121,8 +121,8 @@ def format_pareto(study: "optuna.Study", trials: int) -> str:
     """Returns the study's state and its Pareto trials (validation split) as a table."""
     from optuna.trial import TrialState
 
-    from bench.tune import pareto_rows
-    from bench.tune_storage import uses_budget
+    from bench.scale.tune import pareto_rows
+    from bench.scale.tune_storage import uses_budget
 
     counted = [t for t in study.get_trials(deepcopy=False) if uses_budget(t)]
     states = {s: sum(t.state == s for t in counted) for s in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)}

@@ -57,8 +57,8 @@ def ui(args: argparse.Namespace) -> int:
     Returns:
         0 once Ctrl-C stopped the server; 1 when it stopped by itself (its log says why).
     """
-    from bench.tracking import Tracker
-    from bench.tracking.relocate import relocate
+    from bench.storage.tracking import Tracker
+    from bench.storage.tracking.relocate import relocate
 
     check_port(args.port)
     check_locations(args, writing=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bench.config import did_you_mean
+from bench.core.config import did_you_mean
 from bench.errors import BenchError
 from bench.nn.images import as_rgb
 from bench.nn.resnet import IMAGENET_MEAN, IMAGENET_STD, read_state_dict

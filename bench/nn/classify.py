@@ -9,8 +9,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from bench.curves import EpochValues
-from bench.interfaces import RunContext
+from bench.core.curves import EpochValues
+from bench.core.interfaces import RunContext
 from bench.nn.images import to_input
 
 

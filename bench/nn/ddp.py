@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import torch
 
-from bench import precision
-from bench.cpus import usable_cpus
+from bench.system import precision
+from bench.system.cpus import usable_cpus
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -34,7 +34,7 @@ def run_data_parallel(processes: int, device: torch.device, fn: Callable[..., An
                       backend: str = "auto") -> Any:
     """Runs ``fn(device_of_rank, *args)`` in ``processes`` processes of one process group; returns rank 0's result.
 
-    Every rank computes at the precision in force here (:func:`bench.precision.current`),
+    Every rank computes at the precision in force here (:func:`bench.system.precision.current`),
     with TF32 off as in the parent: a spawned process starts with torch's defaults.
 
     Args:

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.curves import EpochValues
-from bench.interfaces import RunContext
+from bench.core.curves import EpochValues
+from bench.core.interfaces import RunContext
 from bench.nn.images import to_input
 
 

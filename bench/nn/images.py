@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 import torch.utils.data
 
-from bench import precision
-from bench.cpus import usable_cpus
+from bench.system import precision
+from bench.system.cpus import usable_cpus
 
 
 def as_rgb(x: torch.Tensor) -> torch.Tensor:
@@ -42,7 +42,7 @@ def prepare(images: torch.Tensor, size: int | tuple[int, int] | None, device: to
 def image_batches(images: Any, batch: int, device: torch.device | str, workers: int | None = None) -> Iterator[torch.Tensor]:
     """Streams uint8 images to ``device`` in order, ``batch`` at a time.
 
-    In-memory tensors are sliced. Images kept on disk (:class:`~bench.datasets.shards.ShardedImages`)
+    In-memory tensors are sliced. Images kept on disk (:class:`~bench.data.shards.ShardedImages`)
     go through a ``DataLoader`` whose worker processes read the next batches while this one
     is used (pinned memory and non-blocking copies on CUDA), so a split of any size costs
     a few batches of memory.

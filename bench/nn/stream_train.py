@@ -3,7 +3,7 @@
 The face-obfuscation paper's recipe (Sec. 4): SGD with momentum 0.9 and weight decay 1e-4,
 batch 256, the learning rate divided by 10 every 30 of 90 epochs, random crops and flips
 for training, the central view for evaluation. Batches are read by index from the split
-(a tensor, or :class:`~bench.datasets.shards.ShardedImages` on disk, read by worker
+(a tensor, or :class:`~bench.data.shards.ShardedImages` on disk, read by worker
 processes ahead of use), so a split never has to fit in memory.
 
 Under ``torch.distributed`` (see :mod:`bench.nn.ddp`) every rank draws the same
@@ -22,16 +22,16 @@ import torch
 import torch.nn.functional as F
 import torch.utils.data
 
-from bench import precision
-from bench.config import setting
-from bench.cpus import usable_cpus
-from bench.curves import EpochValues
-from bench.interfaces import RunContext
+from bench.core.config import setting
+from bench.core.curves import EpochValues
+from bench.core.interfaces import RunContext
 from bench.nn.images import _fixed_mmap_threshold, image_batches, to_input
+from bench.system import precision
+from bench.system.cpus import usable_cpus
 
 AUGMENTS = ("random_resized_crop", "pad_crop", "flip", "none")
 CLASSIFIER = "the classifier"
-"""The trained network, as :func:`bench.precision.verify` names it."""
+"""The trained network, as :func:`bench.system.precision.verify` names it."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def train_streamed(
 ) -> dict[str, Any]:
     """Trains ``model`` in place on uint8 images; leaves it in eval mode.
 
-    Forward passes run at the precision in force (:mod:`bench.precision`): under bfloat16
+    Forward passes run at the precision in force (:mod:`bench.system.precision`): under bfloat16
     autocast at bf16, after the model's layers are checked against float32 on this machine.
 
     Args:
@@ -145,7 +145,7 @@ def train_streamed(
 def predict(model: torch.nn.Module, images: Any, input_size: int, device: torch.device, batch: int = 256) -> torch.Tensor:
     """Returns the model's logits [N, K] (float32, CPU) on uint8 images streamed in order, central view.
 
-    At bf16 (:mod:`bench.precision`) the forward passes run under autocast, as in training.
+    At bf16 (:mod:`bench.system.precision`) the forward passes run under autocast, as in training.
     """
     model.eval()
     logits = []

@@ -11,11 +11,11 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from bench.datasets.base import ImageSet
+from bench.core.interfaces import Mechanism, RunContext
+from bench.core.registry import mechanisms
+from bench.data.base import ImageSet
 from bench.errors import BenchError
-from bench.interfaces import Mechanism, RunContext
-from bench.registry import mechanisms
-from bench.streams import Streams
+from bench.randomness.streams import Streams
 
 CASE_SHAPES: tuple[tuple[int, int, int, int], ...] = ((4, 3, 32, 24), (4, 1, 19, 13))
 """Batches every check runs on: colour, and grey with sizes no block divides."""

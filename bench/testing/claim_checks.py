@@ -9,7 +9,7 @@ import torch
 from scipy import stats
 
 from bench.audit.conformance import conformance_audit
-from bench.streams import Streams
+from bench.randomness.streams import Streams
 from bench.testing._mechanism_cases import SEED, build_mechanism, check_devices, failure, fitted_mechanism, public_set
 from bench.testing.noise_probes import noise_probe_for, rounded_cdf
 

@@ -17,7 +17,7 @@ import dataclasses
 import inspect
 from typing import Callable
 
-from bench.config import PROFILES
+from bench.core.config import PROFILES
 from bench.errors import BenchError
 from bench.testing.mechanisms import ConformanceError
 
@@ -25,13 +25,13 @@ __all__ = ["ATTACK_CHECKS", "TASK_CHECKS", "check_attack", "check_task"]
 
 
 def _task(name: str) -> type:
-    from bench.registry import tasks
+    from bench.core.registry import tasks
 
     return tasks.get(name)
 
 
 def _attack(name: str) -> type:
-    from bench.registry import attacks
+    from bench.core.registry import attacks
 
     return attacks.get(name)
 
@@ -82,8 +82,8 @@ def task_documented(name: str) -> None:
 
 
 def task_precisions(name: str) -> None:
-    """Checks that ``precisions`` is a tuple of known precisions with fp32 (:mod:`bench.precision`)."""
-    from bench.precision import DEFAULT, PRECISIONS
+    """Checks that ``precisions`` is a tuple of known precisions with fp32 (:mod:`bench.system.precision`)."""
+    from bench.system.precision import DEFAULT, PRECISIONS
 
     declared = _task(name).precisions
     if not isinstance(declared, tuple) or DEFAULT not in declared or not set(declared) <= set(PRECISIONS):
@@ -93,7 +93,7 @@ def task_precisions(name: str) -> None:
 
 def task_wiring(name: str) -> None:
     """Checks that the dataset and default attacks exist and that each attack's requirement is provided."""
-    from bench.registry import attacks, datasets
+    from bench.core.registry import attacks, datasets
 
     cls = _task(name)
     if cls.dataset not in datasets:
@@ -108,7 +108,7 @@ def task_wiring(name: str) -> None:
 
 def task_versioned(name: str) -> None:
     """Checks the task's and its dataset's ``version`` (part of every cell key)."""
-    from bench.registry import datasets
+    from bench.core.registry import datasets
 
     cls = _task(name)
     _versioned(f"task {name!r}", cls.version)
@@ -156,7 +156,7 @@ def attack_versioned(name: str) -> None:
 
 def attack_requirement(name: str) -> None:
     """Checks that a task provides what the attack requires, if it requires anything."""
-    from bench.registry import tasks
+    from bench.core.registry import tasks
 
     needs = _attack(name).requires
     if needs and not any(needs in tasks.get(t).provides for t in tasks.list()):

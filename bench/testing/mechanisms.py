@@ -36,9 +36,9 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from bench.audit.conformance import register_audit_params
+from bench.core.interfaces import Param, PrivacyClaim
 from bench.errors import BenchError
-from bench.interfaces import Param, PrivacyClaim
-from bench.precision import reproducible
+from bench.system.precision import reproducible
 from bench.testing._mechanism_cases import (
     ConformanceError,
     apply_case,
@@ -204,7 +204,7 @@ def _leave_written_memory(device: torch.device, values: int) -> None:
 def check_initialised_output(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
     """Every output value is computed: the output is the same whatever memory ``torch.empty`` hands out.
 
-    Cells run without PyTorch's fill of new memory (:func:`bench.precision.reproducible`),
+    Cells run without PyTorch's fill of new memory (:func:`bench.system.precision.reproducible`),
     so a value read from memory the mechanism never wrote would be what an earlier tensor
     left there. The mechanism runs once with PyTorch filling new memory (NaN, or a type's
     largest value) and once right after buffers holding other values were freed; the two
@@ -326,7 +326,7 @@ PREFLIGHT: dict[str, Callable[..., None]] = {
     "initialised_output": check_initialised_output,
     "batch_independence": check_batch_independence,
 }
-"""The cheap checks run before every cell of a plugin mechanism (:func:`bench.mechanism_guard.preflight`):
+"""The cheap checks run before every cell of a plugin mechanism (:func:`bench.testing.preflight.preflight`):
 about what the mechanism does to a uint8 batch of its own kind, not what it refuses, nor its noise or audit."""
 
 

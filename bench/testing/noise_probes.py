@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from scipy import stats
 
-from bench.interfaces import Mechanism
-from bench.streams import Streams
+from bench.core.interfaces import Mechanism
+from bench.randomness.streams import Streams
 
 __all__ = ["NoiseProbe", "noise_probe_for", "register_noise_probe", "rounded_cdf"]
 

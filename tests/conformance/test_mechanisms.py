@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bench.core.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams, check_batch
+from bench.core.registry import mechanisms, register_mechanism, scoped
 from bench.errors import BenchError
-from bench.interfaces import Mechanism, Param, ParamSpace, PrivacyClaim, Streams
-from bench.registry import mechanisms, register_mechanism, scoped
 from bench.testing import CHECKS, run_conformance
 from bench.testing.mechanisms import invalid_values
-from bench.interfaces import check_batch
 from mechanisms.dp_latent import DPLatent
 from mechanisms.dp_pix import DPPix
 from mechanisms.image_dp import ImageDP

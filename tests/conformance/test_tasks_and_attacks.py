@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import pytest
 
-from bench.registry import attacks, register_attack, register_task, scoped, tasks
+from bench.core.registry import attacks, register_attack, register_task, scoped, tasks
 from bench.testing.components import ATTACK_CHECKS, TASK_CHECKS, check_attack, check_task
 from bench.testing.mechanisms import ConformanceError
 from tasks.dp_vit import DpVit
@@ -40,7 +40,7 @@ def test_a_task_whose_attack_needs_what_it_does_not_provide_fails():
 
 
 def test_a_tunable_setting_that_does_not_exist_fails():
-    from bench.params import Param, ParamSpace
+    from bench.core.params import Param, ParamSpace
 
     with scoped():
         @register_task("broken_tunable")

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from bench import scores
-from bench.cli import main
-from bench.datasets.base import load_dataset
-from bench.errors import BenchError
-from bench.interfaces import AttackOutcome, RunContext
-from bench.release import make_release
-from bench.runner import RunConfig, plan
 from fixtures.reid_fixtures import write_fairface
 from fixtures.smoke_cells import EMBEDDER_EPOCHS
+
+from bench.cell.runner import RunConfig, plan
+from bench.cli import main
+from bench.core import scores
+from bench.core.interfaces import AttackOutcome, RunContext
+from bench.data.base import load_dataset
+from bench.errors import BenchError
+from bench.release.dataset import make_release
 
 FEWSHOT_ATTACKS = {"face_reid", "face_reid_adapted", "denoise"}
 
@@ -51,7 +51,7 @@ def _outcomes(cache: Path, task: str, mechanism: str, params: dict, attacks: tup
 
 
 def test_fewshot_benchmarks_pair_the_adaptive_adversaries():
-    from bench.registry import tasks
+    from bench.core.registry import tasks
 
     assert set(tasks.get("fewshot_synth_faces").attacks) == FEWSHOT_ATTACKS
     pretrained = {"face_reid_pretrained", "face_reid_pretrained_adapted", "face_reid_pretrained_restored"}
@@ -119,7 +119,7 @@ def test_face_attacks_target_the_validation_identities_when_tuning(tmp_path, sha
 
 
 def test_fewshot_selects_on_held_out_training_identities_when_tuning(shared_cache):
-    from bench.registry import tasks
+    from bench.core.registry import tasks
 
     task = tasks.get("fewshot_synth_faces")("smoke")
     clean = load_dataset("synth_faces", None, task.data_options(), shared_cache)

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import bench
-import bench.tracking
+import bench.storage.tracking
+from bench.cell.provenance import cpu_model, hardware
 from bench.errors import BenchError
-from bench.provenance import cpu_model, hardware
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_report_user_errors_are_one_line(ran, tmp_path, capsys):
 
 
 def test_mlflow_carries_task_and_attack_settings_as_params(ran):
-    from bench.tracking import Tracker
+    from bench.storage.tracking import Tracker
 
     results, result = ran
     tracker = Tracker(results, create=False)
@@ -139,7 +139,7 @@ def test_a_copied_results_directory_reads_its_own_artifacts_after_relocate(ran, 
     assert len(bench.results(moved)) == 0  # its runs' artifacts cannot be read
     assert "bench relocate --results-dir" in capsys.readouterr().err
     with pytest.raises(BenchError, match="was copied or moved .* before adding runs to it"):
-        bench.tracking.Tracker(moved)  # a writer's new runs would have no folder of their own
+        bench.storage.tracking.Tracker(moved)  # a writer's new runs would have no folder of their own
     assert main(["relocate", "--results-dir", str(moved)]) == 0
     table = bench.results(moved)
     assert len(table) == 1 and table.iloc[0]["utility.acc"] == pytest.approx(result.utility["acc"])
@@ -169,7 +169,7 @@ def test_bench_ui_serves_a_copied_results_directory_with_its_artifacts(ran, tmp_
     try:
         line = server.stdout.readline()
         assert f"http://127.0.0.1:{port}/#/experiments/" in line and "workflowType=machine_learning" in line
-        from bench.tracking import Tracker
+        from bench.storage.tracking import Tracker
 
         run_id = Tracker(copy, create=False).finished_runs(result.cell_key)[0]
         listing = None

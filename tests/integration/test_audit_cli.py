@@ -8,8 +8,8 @@ import re
 import pytest
 
 from bench.cli import main
-from bench.interfaces import PrivacyClaim
-from bench.registry import register_mechanism, scoped
+from bench.core.interfaces import PrivacyClaim
+from bench.core.registry import register_mechanism, scoped
 from mechanisms.dp_pix import DPPix
 
 
@@ -77,7 +77,7 @@ def test_mechanism_without_claim_has_nothing_to_audit(capsys):
 def test_mechanism_file_is_audited(capsys, tmp_path):
     plugin = tmp_path / "audit_plugin.py"
     plugin.write_text(
-        "from bench.registry import register_mechanism\n"
+        "from bench.core.registry import register_mechanism\n"
         "from mechanisms.dp_pix import DPPix\n\n"
         "@register_mechanism('audit_file_dp_pix')\n"
         "class FileDPPix(DPPix):\n"

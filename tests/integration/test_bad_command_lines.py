@@ -274,7 +274,7 @@ def argv_in(world: Path, argv: list[str], data: Path | None = None) -> list[str]
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
     """Runs ``bench`` in-process; returns (exit status, stdout, stderr)."""
     from bench.cli import main
-    from bench.registry import scoped
+    from bench.core.registry import scoped
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), scoped():
@@ -305,7 +305,7 @@ def test_bad_command_line_is_one_line_exit_2_and_writes_nothing(world, data, nam
 
 def test_audit_reports_progress_over_its_counted_trials():
     from bench.audit import AuditConfig, audit_mechanism
-    from bench.registry import mechanisms
+    from bench.core.registry import mechanisms
 
     loops: list[tuple[str, int, int]] = []
 
@@ -325,9 +325,9 @@ def test_audit_reports_progress_over_its_counted_trials():
 @pytest.mark.parametrize("profile", ["smoke", "quick", "paper"])
 def test_the_shipped_profiles_fit_a_small_machine(task, profile):
     """The memory estimates refuse only what cannot fit: every shipped profile of these needs under 16 GB."""
-    from bench import bounds
-    from bench.registry import attacks as attack_registry
-    from bench.registry import datasets, tasks
+    from bench.core.registry import attacks as attack_registry
+    from bench.core.registry import datasets, tasks
+    from bench.system import bounds
 
     cls = tasks.get(task)
     planned = cls(profile, None)
@@ -340,9 +340,9 @@ def test_the_shipped_profiles_fit_a_small_machine(task, profile):
 
 
 def test_a_setting_that_cannot_fit_is_refused_naming_it(monkeypatch):
-    from bench import bounds
+    from bench.core.registry import tasks
     from bench.errors import BenchError
-    from bench.registry import tasks
+    from bench.system import bounds
 
     planned = tasks.get("fewshot_synth_faces")("smoke", {"episodes_per_epoch": 100_000_000})
     monkeypatch.setattr(bounds, "available_memory", lambda: 1 << 30)
@@ -444,10 +444,11 @@ def main(args: list[str]) -> int:
     """Classifies the lines (all, or ``--only ID,...``) and prints one row each and the counts."""
     import tempfile
 
-    import bench.cli
-    import bench.runner  # noqa: F401  (torch, the registries: imported once, before the forks)
-    import bench.tracking  # noqa: F401
     import mlflow  # noqa: F401
+
+    import bench.cell.runner  # noqa: F401  (torch, the registries: imported once, before the forks)
+    import bench.cli
+    import bench.storage.tracking  # noqa: F401
 
     bench.cli.build_parser()  # imports every subcommand
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

@@ -145,8 +145,8 @@ CASES: list[tuple[str, list[str], str]] = [
 PLUGINS = {
     "broken.py": "def oops(:\n",
     "dup.py": (
-        "from bench.interfaces import Mechanism\n"
-        "from bench.registry import register_mechanism\n\n"
+        "from bench.core.interfaces import Mechanism\n"
+        "from bench.core.registry import register_mechanism\n\n"
         "@register_mechanism('dp_pix')\n"
         "class Mine(Mechanism):\n"
         "    def apply(self, images, *, generator, boxes=None):\n"
@@ -167,7 +167,7 @@ SUITES = {
 @pytest.fixture(scope="module")
 def foreign_db(tmp_path_factory) -> Path:
     """An MLflow database whose schema revision this MLflow does not know (another version wrote it)."""
-    from bench.tracking import Tracker
+    from bench.storage.tracking import Tracker
 
     folder = tmp_path_factory.mktemp("foreign")
     Tracker(folder)
@@ -225,7 +225,7 @@ def test_sheet_on_cuda_without_cuda_is_one_line_before_the_dataset_loads(world):
 
 def check_bad_input(world: Path, name: str, argv: list[str], phrase: str) -> None:
     """Runs ``argv`` in ``world``; asserts exit 2, one line with ``phrase``, nothing on stdout and no file touched."""
-    from bench.registry import scoped
+    from bench.core.registry import scoped
 
     before = snapshot(world)
     with scoped():

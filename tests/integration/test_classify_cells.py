@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-import bench.datasets.shards as shards
-from bench.cli import main
 from fixtures.imagenet_fixture import write_identities, write_imagenet
+
+import bench.data.shards as shards
+from bench.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

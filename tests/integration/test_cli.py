@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.smoke_cells import EMBEDDER_EPOCHS
 
 from bench.cli import main
-from bench.tracking import Tracker
-from fixtures.smoke_cells import EMBEDDER_EPOCHS
+from bench.storage.tracking import Tracker
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from bench.cli import main
-from bench.tracking import Tracker
+from bench.storage.tracking import Tracker
 
 TASK = "dp_vit_synth_objects"
 DP_PIX = ["--mechanism", "dp_pix", "--param", "epsilon=1", "--param", "block=4"]
@@ -122,7 +122,7 @@ def test_training_methods_are_rows_of_one_board(cells):
 
 
 def test_a_suite_of_methods_declares_one_entry_per_method(tmp_path):
-    from bench.grid import load_suite
+    from bench.scale.grid import load_suite
     from leaderboard.declare import declarations_from_suite
 
     suite = tmp_path / "methods.yaml"
@@ -169,8 +169,8 @@ def test_training_settings_are_checked_before_any_work(tmp_path, setting, words)
 def test_tune_searches_the_training_method_unless_it_is_fixed():
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-    from bench.runner import RunConfig
-    from bench.tune import full_space, mechanism_part, task_part, trial_config
+    from bench.cell.runner import RunConfig
+    from bench.scale.tune import full_space, mechanism_part, task_part, trial_config
 
     base = RunConfig(task=TASK, mechanism="dp_pix", params={"block": 4}, profile="smoke")
     space = full_space(base)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import bench
-from bench.faces import detector_recall, face_hits
+from bench.faces.detect import detector_recall, face_hits
 
 
 def test_face_hits_match_one_to_one_by_iou():

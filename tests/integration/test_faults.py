@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-import bench.cache as cache_module
+import bench.storage.cache as cache_module
 from bench.cli import main
-from bench.tracking import Tracker
+from bench.storage.tracking import Tracker
 
 ROOT = Path(__file__).resolve().parents[2]
 CELL = ["--mechanism", "pixelate", "--param", "block=4", "--task", "fewshot_synth_faces", "--profile", "smoke",
@@ -63,7 +63,7 @@ def fresh_process_threads():
     """
     import torch
 
-    code = "from bench.cpus import fit_torch_threads; print(fit_torch_threads())"
+    code = "from bench.system.cpus import fit_torch_threads; print(fit_torch_threads())"
     fresh = int(subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                                check=True).stdout.split()[-1])
     before = torch.get_num_threads()
@@ -178,7 +178,7 @@ def wait_for(proc: subprocess.Popen, phrase: str, timeout: float = 300) -> None:
 
 PAUSE_WHILE_LOGGING = """
 import sys, time
-import bench.tracking as tracking
+import bench.storage.tracking as tracking
 real = tracking.Tracker.finish_cell
 def finish_slowly(self, run_id, result, configs, artifacts, curves=None):
     from mlflow.entities import Metric
@@ -229,7 +229,7 @@ def test_a_bad_tracking_uri_fails_fast_before_any_work(tmp_path):
 def _import_seconds() -> float:
     """The interpreter's start-up and imports, which the 5 s budget does not count."""
     started = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import bench.cli, bench.runner, mlflow.tracking"], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-c", "import bench.cli, bench.cell.runner, mlflow.tracking"], cwd=ROOT, check=True)
     return time.monotonic() - started
 
 

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from bench.cli import main
-from bench.interfaces import Result
-from bench.registry import mechanisms
-from bench.tracking import Tracker
+from bench.core.interfaces import Result
+from bench.core.registry import mechanisms
+from bench.storage.tracking import Tracker
 from leaderboard.verification import DIGEST_FIELD, cell_digest, check_entry
 
 TASK = "fewshot_synth_faces"
@@ -47,7 +47,7 @@ def made_up(cell, utility: float, privacy: float, **changes) -> Result:
 def board(tmp_path_factory, shared_cache):
     """A verified entry written by ``bench submit`` (over made-up local cells it reuses) and a forged copy of it."""
     from bench.cli.submit_cmd import submission_suite
-    from bench.grid import Placement, expand
+    from bench.scale.grid import Placement, expand
 
     root = tmp_path_factory.mktemp("faults_board")
     suite, results, entries = root / "small.yaml", root / "results", root / "entries"
@@ -174,7 +174,7 @@ def test_each_check_says_why(board):
 
 def test_report_marks_claims_by_their_audit(capsys, board, tmp_path):
     from bench.cli.submit_cmd import submission_suite
-    from bench.grid import Placement, expand
+    from bench.scale.grid import Placement, expand
 
     results = tmp_path / "results"
     tracker = Tracker(results)

@@ -23,20 +23,20 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import bench.cache as cache_module
+import bench.storage.cache as cache_module
 from bench.cli import main
-from bench.datasets.base import ImageSet
-from bench.registry import scoped
-from bench.streams import Streams
-from bench.tracking import Tracker
+from bench.core.registry import scoped
+from bench.data.base import ImageSet
+from bench.randomness.streams import Streams
+from bench.storage.tracking import Tracker
 from tests.integration.test_faults import metrics, statuses
 
 ROOT = Path(__file__).resolve().parents[2]
 CELL = ["--task", "fewshot_synth_faces", "--profile", "smoke", "--attacks", "none"]
 
 HEADER = """
-from bench.interfaces import Mechanism, ParamSpace
-from bench.registry import register_mechanism
+from bench.core.interfaces import Mechanism, ParamSpace
+from bench.core.registry import register_mechanism
 """
 
 ZERO_IN_PLACE = HEADER + '''
@@ -186,8 +186,8 @@ def test_a_mechanism_damaging_its_input_outside_the_checks_cannot_change_another
 
 
 def test_every_input_of_a_call_is_a_private_copy():
-    from bench import mechanism_guard
-    from bench.interfaces import Mechanism, ParamSpace
+    from bench.core.interfaces import Mechanism, ParamSpace
+    from bench.release import guard as mechanism_guard
 
     class Vandal(Mechanism):
         params = ParamSpace()
@@ -215,8 +215,8 @@ def test_every_input_of_a_call_is_a_private_copy():
 
 
 def test_fit_gets_a_private_copy_of_its_data():
-    from bench import mechanism_guard
-    from bench.interfaces import Mechanism, ParamSpace
+    from bench.core.interfaces import Mechanism, ParamSpace
+    from bench.release import guard as mechanism_guard
 
     class FitVandal(Mechanism):
         params = ParamSpace()
@@ -238,8 +238,8 @@ def test_fit_gets_a_private_copy_of_its_data():
 
 
 def test_a_wrong_output_is_one_line_naming_the_mechanism():
-    from bench import mechanism_guard
-    from bench.interfaces import Mechanism, ParamSpace
+    from bench.core.interfaces import Mechanism, ParamSpace
+    from bench.release import guard as mechanism_guard
 
     class Floats(Mechanism):
         name = "floats"
@@ -311,9 +311,10 @@ class Bad(Mechanism):
 
 def test_the_checks_run_once_per_process_per_mechanism_and_parameters_and_never_for_built_ins(monkeypatch):
     import bench.testing.mechanisms as suite
-    from bench import mechanism_guard
-    from bench.interfaces import Mechanism, Param, ParamSpace
-    from bench.registry import mechanisms
+    from bench.core.interfaces import Mechanism, Param, ParamSpace
+    from bench.core.registry import mechanisms
+    from bench.release import guard as mechanism_guard
+    from bench.testing.preflight import preflight
 
     calls = []
     real = suite.run_preflight
@@ -329,15 +330,15 @@ def test_the_checks_run_once_per_process_per_mechanism_and_parameters_and_never_
         assert not mechanism_guard.is_builtin(Once)
         assert mechanism_guard.is_builtin(mechanisms.get("identity"))
         for shade in (1, 1, 2, 1):
-            mechanism_guard.preflight("once_test", Once(shade=shade), "cpu")
-        mechanism_guard.preflight("identity", mechanisms.get("identity")(), "cpu")
+            preflight("once_test", Once(shade=shade), "cpu")
+        preflight("identity", mechanisms.get("identity")(), "cpu")
     assert [c[1] for c in calls] == [{"shade": 1}, {"shade": 2}]
 
 
 def test_a_plugin_that_raises_on_the_small_batch_is_left_to_its_cell(capsys):
-    from bench import mechanism_guard
-    from bench.interfaces import Mechanism, ParamSpace
-    from bench.registry import mechanisms
+    from bench.core.interfaces import Mechanism, ParamSpace
+    from bench.core.registry import mechanisms
+    from bench.testing.preflight import preflight
 
     with scoped():
         @mechanisms.register("raises_test")
@@ -347,7 +348,7 @@ def test_a_plugin_that_raises_on_the_small_batch_is_left_to_its_cell(capsys):
             def apply(self, images, *, generator, boxes=None):
                 raise RuntimeError("needs bigger images")
 
-        mechanism_guard.preflight("raises_test", Raises(), "cpu")
+        preflight("raises_test", Raises(), "cpu")
     assert "raised in conformance check" in capsys.readouterr().err
 
 
@@ -356,7 +357,7 @@ def test_the_sample_sheet_clean_row_is_not_the_mechanisms_to_change(tmp_path):
 
     plugin = tmp_path / "zero_in_place.py"
     plugin.write_text(ZERO_IN_PLACE)
-    from bench.registry import load_file
+    from bench.core.registry import load_file
 
     images = torch.randint(1, 256, (3, 3, 16, 16), dtype=torch.uint8)
     shown = ImageSet(images.clone(), torch.zeros(3, dtype=torch.int64))
@@ -370,7 +371,7 @@ def test_the_sample_sheet_clean_row_is_not_the_mechanisms_to_change(tmp_path):
 
 BARRIER = """
 import os, sys, time
-import bench.runner as runner
+import bench.cell.runner as runner
 planned = runner.plan
 def plan_then_wait(config):
     out = planned(config)
@@ -413,8 +414,8 @@ def test_four_runs_of_one_cell_with_four_cache_folders_log_one_finished_run(tmp_
 
 
 def test_the_lock_of_a_store_is_the_same_whatever_path_or_uri_names_it(tmp_path):
-    from bench.cellrun import cell_locks
-    from bench.locks import store_lock_folder
+    from bench.cell.execute import cell_locks
+    from bench.storage.locks import store_lock_folder
 
     (tmp_path / "r").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "r")
@@ -432,7 +433,7 @@ def test_the_lock_of_a_store_is_the_same_whatever_path_or_uri_names_it(tmp_path)
 
 
 def test_a_run_of_an_older_version_holding_a_lock_in_its_cache_is_an_orphan_once_that_lock_is_free(tmp_path):
-    from bench.cellrun import _orphaned
+    from bench.cell.execute import _orphaned
 
     tracker = Tracker(tmp_path / "results")
     old_lock = tmp_path / "cache" / "locks" / "k.lock"

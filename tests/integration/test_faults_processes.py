@@ -2,8 +2,8 @@
 
 - ``bench grid --executor processes`` killed with ``kill -9``: its workers and the
   multiprocessing resource tracker are gone 10 s later (the workers ask the kernel to kill
-  them with their parent, :mod:`bench.pool`), and the runs they leave RUNNING are the orphan
-  handling's (:func:`bench.cellrun.sweep_orphans`); killed with SIGTERM, it kills its
+  them with their parent, :mod:`bench.system.pool`), and the runs they leave RUNNING are the orphan
+  handling's (:func:`bench.cell.execute.sweep_orphans`); killed with SIGTERM, it kills its
   workers and marks their runs FAILED itself.
 - ``bench tune`` killed in the middle of a trial: the resumed study marks the trial's run
   FAILED and evaluates no configuration it has already evaluated.
@@ -118,8 +118,8 @@ def grid_in_the_middle(tmp_path: Path, cache: Path):
 
 @pytest.mark.skipif(not LINUX, reason="reads /proc")
 def test_kill_9_of_a_grid_parent_leaves_no_process_alive_10_s_later(tmp_path, shared_cache):
-    from bench.cellrun import sweep_orphans
-    from bench.tracking import Tracker
+    from bench.cell.execute import sweep_orphans
+    from bench.storage.tracking import Tracker
 
     with grid_in_the_middle(tmp_path, shared_cache) as (proc, family):
         assert len(family) >= 3, f"expected two workers and the resource tracker, found {family}"
@@ -158,7 +158,7 @@ def test_sigterm_of_a_grid_parent_kills_its_workers_and_fails_their_runs(tmp_pat
 DIE_WITH_PARENT = """
 import os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c",
-    "import os, time; from bench.pool import die_with_parent; die_with_parent(os.getppid()); time.sleep(600)"])
+    "import os, time; from bench.system.pool import die_with_parent; die_with_parent(os.getppid()); time.sleep(600)"])
 print(child.pid, flush=True)
 time.sleep(600)
 """
@@ -178,14 +178,14 @@ def test_a_worker_dies_with_its_parent_or_at_once_when_its_parent_is_already_gon
     while alive({child}) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive({child})
-    late = subprocess.run([sys.executable, "-c", "from bench.pool import die_with_parent; die_with_parent(1)"],
+    late = subprocess.run([sys.executable, "-c", "from bench.system.pool import die_with_parent; die_with_parent(1)"],
                           cwd=ROOT, timeout=60)
     assert late.returncode == 1  # its parent is not pid 1: the one it expects is gone
 
 
 STALL_ONCE_RUNNING = """
 import os, sys, time
-import bench.tracking as tracking
+import bench.storage.tracking as tracking
 real = tracking.Tracker.start_cell
 def start_and_stall(self, *args, **kwargs):
     run_id = real(self, *args, **kwargs)
@@ -251,8 +251,8 @@ def test_a_tune_killed_mid_trial_resumes_without_running_runs_or_repeated_config
 
 
 TINY = """
-from bench.interfaces import Param, ParamSpace
-from bench.registry import register_mechanism
+from bench.core.interfaces import Param, ParamSpace
+from bench.core.registry import register_mechanism
 from mechanisms.pixelate import Pixelate
 
 
@@ -268,8 +268,8 @@ def stand_in_cells(monkeypatch):
     import hashlib
     from types import SimpleNamespace
 
-    import bench.executors
-    from bench.grid import CellOutcome
+    import bench.scale.executors
+    from bench.scale.grid import CellOutcome
 
     asked: list[str] = []
 
@@ -279,13 +279,13 @@ def stand_in_cells(monkeypatch):
         result = SimpleNamespace(utility_value=digest[0] / 255, privacy_score=digest[1] / 255)
         return CellOutcome(cell.key, cell.label, "skipped", None, result=result)
 
-    monkeypatch.setattr(bench.executors, "execute_cell", execute_cell)
+    monkeypatch.setattr(bench.scale.executors, "execute_cell", execute_cell)
     return asked
 
 
 def _study_config(tmp_path: Path, mechanism: str, trials: int, plugins=()):
-    from bench.runner import RunConfig
-    from bench.tune import TuneConfig
+    from bench.cell.runner import RunConfig
+    from bench.scale.tune import TuneConfig
 
     base = RunConfig(task=TASK, mechanism=mechanism, profile="smoke", device="cpu", results_dir=tmp_path / "results",
                      cache_dir=tmp_path / "cache", attacks=("face_reid",))
@@ -294,7 +294,7 @@ def _study_config(tmp_path: Path, mechanism: str, trials: int, plugins=()):
 
 
 def test_a_resumed_seeded_study_draws_new_configurations(tmp_path, stand_in_cells):
-    from bench.tune import tune
+    from bench.scale.tune import tune
 
     first = tune(_study_config(tmp_path, "pixelate", 4))
     assert len(stand_in_cells) == 4
@@ -308,8 +308,8 @@ def test_a_resumed_seeded_study_draws_new_configurations(tmp_path, stand_in_cell
 def test_a_space_with_no_configuration_left_repeats_one_and_says_so(tmp_path, stand_in_cells, capsys):
     from optuna.trial import TrialState
 
-    from bench.registry import scoped
-    from bench.tune import tune
+    from bench.core.registry import scoped
+    from bench.scale.tune import tune
 
     plugin = tmp_path / "two.py"
     plugin.write_text(TINY)

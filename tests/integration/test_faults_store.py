@@ -22,11 +22,11 @@ from urllib.parse import urlparse
 import pytest
 
 from bench.cli import main
+from bench.core.interfaces import Result
 from bench.errors import BenchError
-from bench.interfaces import Result
-from bench.tracking import SUPERSEDED, Tracker
-from bench.tracking.health import StoreDamaged, StoreLocked, marker_path
-from bench.tracking.relocate import relocate
+from bench.storage.tracking import SUPERSEDED, Tracker
+from bench.storage.tracking.health import StoreDamaged, StoreLocked, marker_path
+from bench.storage.tracking.relocate import relocate
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "fewshot_synth_faces"

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from bench.cli import main
-from bench.datasets.synth_faces import SynthFaces
+from bench.data.synthetic.synth_faces import SynthFaces
 
 PEOPLE, PER_PERSON = 40, 10
 
@@ -73,7 +73,7 @@ def test_fewshot_hf_reads_a_local_hugging_face_dataset_of_people(tmp_path, capsy
 
 def test_a_finished_cell_is_computed_again_when_its_photos_change(tmp_path, capsys):
     """A FINISHED run is returned only for the data it was computed on: real files can change under one key."""
-    from bench.tracking import Tracker
+    from bench.storage.tracking import Tracker
 
     people, results = tmp_path / "people", tmp_path / "results"
     write_people(people, tmp_path / "faces-cache")
@@ -106,8 +106,8 @@ def test_a_finished_cell_is_computed_again_when_its_photos_change(tmp_path, caps
 
 
 FITTED_MECHANISM = '''
-from bench.interfaces import Mechanism, ParamSpace
-from bench.registry import register_mechanism
+from bench.core.interfaces import Mechanism, ParamSpace
+from bench.core.registry import register_mechanism
 
 @register_mechanism("folder_test_fitted")
 class Fitted(Mechanism):
@@ -123,7 +123,7 @@ class Fitted(Mechanism):
 
 def test_a_finished_cell_is_computed_again_when_the_public_photos_it_fitted_on_change(tmp_path, capsys):
     """The public set a mechanism fits on is data behind its numbers: a change is caught (where it was read)."""
-    from bench.tracking import Tracker
+    from bench.storage.tracking import Tracker
 
     people, results = tmp_path / "people", tmp_path / "results"
     write_people(people, tmp_path / "faces-cache")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.datasets.base import load_dataset
-from bench.interfaces import Release, RunContext
-from bench.registry import attacks, mechanisms
-from bench.release import apply_to_split
+from bench.core.interfaces import Release, RunContext
+from bench.core.registry import attacks, mechanisms
+from bench.data.base import load_dataset
+from bench.release.dataset import apply_to_split
 
 FOLDS = {"folds": 2, "fold_below": 20, "enrol_per_id": 4, "epochs": 1}
 
@@ -47,7 +47,7 @@ def test_trained_face_adversaries_fold_over_every_identity_and_attack_the_same_p
 @pytest.mark.slow  # dlib and MTCNN on 40 photos: ~15 s of CPU (the pooling itself: tests/unit/test_target_folds.py)
 def test_the_pretrained_adversary_pools_its_folds_over_every_person(tmp_path):
     pytest.importorskip("dlib")
-    from bench.datasets.base import ImageSet, Splits
+    from bench.data.base import ImageSet, Splits
     from tests.unit.test_recognizers import orl
 
     images, labels = orl()  # eight people of 5 photos: 2 the adversary's (train), 6 targets (test)

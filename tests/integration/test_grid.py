@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from bench.cli import main
-from bench.registry import scoped
+from bench.core.registry import scoped
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = [sys.executable, "-m", "bench"]
@@ -125,8 +125,8 @@ def test_killed_grid_resumes_without_losing_or_duplicating_cells(capsys, tmp_pat
 
 FLAKY = textwrap.dedent('''
     from bench.errors import BenchError
-    from bench.interfaces import Mechanism, Param, ParamSpace
-    from bench.registry import register_mechanism
+    from bench.core.interfaces import Mechanism, Param, ParamSpace
+    from bench.core.registry import register_mechanism
 
 
     @register_mechanism("flaky_{tag}")

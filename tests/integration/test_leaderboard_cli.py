@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from bench.cli import main
-from bench.interfaces import Result
-from bench.tracking import Tracker
+from bench.core.interfaces import Result
+from bench.storage.tracking import Tracker
 from leaderboard.pareto import hypervolume_2d
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ CONFIG = {"task": {}, "attacks": {"face_reid": {}}, "run": {"overrides": "{}", "
 @pytest.fixture(scope="module")
 def board(tmp_path_factory):
     """The suite's 12 cells as runs, plus a tune trial, an ad-hoc run, an old-schema run and a hostile entry."""
-    from bench.grid import Placement, expand, load_suite
+    from bench.scale.grid import Placement, expand, load_suite
 
     root = tmp_path_factory.mktemp("board")
     results, entries = root / "results", root / "entries"

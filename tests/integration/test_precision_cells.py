@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import runner
-from bench.runner import RunConfig, plan, run_cell
+from bench.cell import runner
+from bench.cell.runner import RunConfig, plan, run_cell
 
 TASK_MODELS = {"fewshot_synth_faces": ("fewshot.",), "reid_synth_persons": ("reid.",),
                "classify_synth_scenes_obf_obf": ("classify.",),
                "transfer_synth_scenes_synth_scenes": ("classify.", "transfer.")}
 """Each benchmark's task models, by the prefix of their curves (a transfer cell trains a source classifier too)."""
 SETTINGS = {"reid_synth_persons": {"task": {"input_size": [64, 32]}}}
-"""The smoke profile's 32x16 reID inputs meet a oneDNN bfloat16 bug on AMX CPUs (bench.precision.verify)."""
+"""The smoke profile's 32x16 reID inputs meet a oneDNN bfloat16 bug on AMX CPUs (bench.system.precision.verify)."""
 
 
 def _cell(task: str, cache: Path, tmp_path: Path, precision: str):
@@ -99,8 +99,8 @@ def test_a_cell_computes_the_same_numbers_whether_or_not_torch_fills_new_memory(
     buffer) and once without, each with caches of its own, so that data, release, models and
     attacks are all computed again.
     """
-    from bench import precision
-    from bench.tracking.metrics import result_metrics
+    from bench.storage.tracking.metrics import result_metrics
+    from bench.system import precision
 
     mechanism, params = FILL_CELLS[task]
     reproducible = precision.reproducible

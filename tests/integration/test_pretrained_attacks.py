@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from bench.datasets.base import ImageSet, Splits
-from bench.interfaces import Release, RunContext
-from bench.registry import attacks, mechanisms
-from bench.release import apply_to_split
+from bench.core.interfaces import Release, RunContext
+from bench.core.registry import attacks, mechanisms
+from bench.data.base import ImageSet, Splits
+from bench.release.dataset import apply_to_split
 from tests.unit.test_recognizers import orl
 
 

@@ -17,10 +17,10 @@ import pytest
 
 pytest.importorskip("ray", reason="the ray executor needs ray (pip install 'ray>=2.9')")
 
-from bench import raycluster  # noqa: E402
 from bench.cli import main  # noqa: E402
+from bench.core.registry import scoped  # noqa: E402
 from bench.errors import BenchError  # noqa: E402
-from bench.registry import scoped  # noqa: E402
+from bench.scale import raycluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "fewshot_synth_faces"
@@ -30,8 +30,8 @@ PLUGIN = textwrap.dedent('''
     from pathlib import Path
 
     import bench
-    from bench.interfaces import Mechanism, ParamSpace
-    from bench.registry import register_mechanism
+    from bench.core.interfaces import Mechanism, ParamSpace
+    from bench.core.registry import register_mechanism
 
     # Where each process that loads this file found it, and found PrivBench.
     (Path({markers!r}) / f"{{os.getpid()}}.txt").write_text(f"{{__file__}}\\n{{bench.__file__}}\\n{{os.getcwd()}}")
@@ -179,8 +179,9 @@ def test_a_mechanism_file_runs_on_the_cluster_from_its_shipped_copy(capsys, tmp_
         assert not Path(bench_there).is_relative_to(ROOT)  # the shipped package, not the checkout
         assert cwd_there == os.getcwd()  # relative paths mean what they meant to the driver
     assert not tokens_in(shared_cache)
-    from bench.provenance import git_sha
     from mlflow.tracking import MlflowClient
+
+    from bench.cell.provenance import git_sha
 
     [run_id] = [i for ids in runs_by_key(results, "FINISHED").values() for i in ids]
     run = MlflowClient(tracking_uri=f"sqlite:///{results.resolve() / 'mlflow.db'}").get_run(run_id)

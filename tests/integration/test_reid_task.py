@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from bench import scores
-from bench.cli import main
 from fixtures.reid_fixtures import write_fairface, write_market1501
+
+from bench.cli import main
+from bench.core import scores
 
 REID_METRICS = [f"{m}_{kind}" for kind in ("regular", "centroid") for m in ("map", "rank1", "rank5", "rank10")]
 

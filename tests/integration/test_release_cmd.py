@@ -13,9 +13,9 @@ import torch
 from PIL import ExifTags, Image, ImageCms, PngImagePlugin
 
 from bench.cli import main
-from bench.imageio import atomic_write
-from bench.registry import mechanisms
-from bench.streams import Streams
+from bench.core.registry import mechanisms
+from bench.data.imageio import atomic_write
+from bench.randomness.streams import Streams
 
 XMP = b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF><rdf:Description dc:creator="Alice"/></rdf:RDF></x:xmpmeta>'
 SOI = b"\xff\xd8"
@@ -275,8 +275,8 @@ def test_dp_latent_is_fitted_on_public_images_only(capsys, tmp_path: Path):
 
 
 SEEDS_MECHANISM = '''
-from bench.interfaces import Mechanism, ParamSpace
-from bench.registry import register_mechanism
+from bench.core.interfaces import Mechanism, ParamSpace
+from bench.core.registry import register_mechanism
 
 @register_mechanism("release_test_seeded")
 class Seeded(Mechanism):
@@ -288,8 +288,8 @@ class Seeded(Mechanism):
 '''
 
 CLAIMED_MECHANISM = '''
-from bench.interfaces import Mechanism, ParamSpace, PrivacyClaim
-from bench.registry import register_mechanism
+from bench.core.interfaces import Mechanism, ParamSpace, PrivacyClaim
+from bench.core.registry import register_mechanism
 
 @register_mechanism("release_test_claimed")
 class Claimed(Mechanism):

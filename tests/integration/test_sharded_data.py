@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-import bench.datasets.shards as shards
+import bench.data.shards as shards
 from bench.cli import main
 
 

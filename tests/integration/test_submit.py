@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from bench.cli import main
-from bench.interfaces import Result
-from bench.registry import scoped
-from bench.tracking import Tracker
+from bench.core.interfaces import Result
+from bench.core.registry import scoped
+from bench.storage.tracking import Tracker
 
 TASK = "fewshot_synth_faces"
 SUITE = {"description": "small submission suite", "profile": "smoke", "seeds": [0, 1, 2], "benchmarks": [TASK],
@@ -38,7 +38,7 @@ def made_up(cell, utility: float, privacy: float) -> Result:
 def log_made_up_cells(suite_file, mechanism: str, results) -> None:
     """Logs a result for every cell ``bench submit`` will need, under the cells' real keys."""
     from bench.cli.submit_cmd import submission_suite
-    from bench.grid import Placement, expand
+    from bench.scale.grid import Placement, expand
 
     tracker = Tracker(results)
     for cell in expand(submission_suite(str(suite_file), mechanism, None), Placement(results_dir=results)):
@@ -162,8 +162,8 @@ def test_submit_computes_the_cells_it_lacks(capsys, tmp_path, shared_cache, env)
 
 
 BROKEN = textwrap.dedent('''
-    from bench.interfaces import Mechanism
-    from bench.registry import register_mechanism
+    from bench.core.interfaces import Mechanism
+    from bench.core.registry import register_mechanism
 
 
     @register_mechanism("inplace_submit")
@@ -197,8 +197,8 @@ def test_submit_user_errors(capsys, env, tmp_path):
 
 def test_every_claimed_configuration_is_audited_and_a_refuted_claim_stops_the_submission():
     from bench.cli.submit_cmd import submission_audit
-    from bench.grid import Placement, expand, suite_from_lists
-    from bench.registry import register_mechanism
+    from bench.core.registry import register_mechanism
+    from bench.scale.grid import Placement, expand, suite_from_lists
     from mechanisms.dp_pix import DPPix
 
     class UnderNoised(DPPix):

@@ -34,8 +34,8 @@ def warm_cache(shared_cache, tmp_path_factory):
 
 
 TINY = """
-from bench.interfaces import Param, ParamSpace
-from bench.registry import register_mechanism
+from bench.core.interfaces import Param, ParamSpace
+from bench.core.registry import register_mechanism
 from mechanisms.pixelate import Pixelate
 
 
@@ -154,7 +154,7 @@ def test_trials_of_dead_workers_are_failed_and_leave_the_budget(tmp_path):
     import optuna
     from optuna.trial import TrialState
 
-    from bench.tune_storage import WORKER, counted_trials, fail_dead_trials, open_storage
+    from bench.scale.tune_storage import WORKER, counted_trials, fail_dead_trials, open_storage
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

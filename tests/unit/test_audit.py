@@ -18,13 +18,13 @@ from bench.audit import (
     run_audit,
     scoped_auditors,
 )
-from bench.audit.distinguish import best_threshold, choose_rule, fit_statistics
 from bench.audit.images import AnyImageAuditor, MPixelAuditor
 from bench.audit.latent import ClippedLatentAuditor
-from bench.audit.maths import max_demonstrable_epsilon
+from bench.core.interfaces import Mechanism, PrivacyClaim, check_batch
+from bench.core.registry import register_mechanism, scoped
 from bench.errors import BenchError
-from bench.interfaces import Mechanism, PrivacyClaim, check_batch
-from bench.registry import register_mechanism, scoped
+from bench.privacy.audit_maths import max_demonstrable_epsilon
+from bench.privacy.distinguish import best_threshold, choose_rule, fit_statistics
 
 
 class _ClaimedIdentity(Mechanism):

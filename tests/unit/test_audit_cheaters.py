@@ -11,11 +11,11 @@ import torch
 from bench.audit import AuditConfig, audit_mechanism, run_audit
 from bench.audit.conformance import CONFORMANCE_CONFIDENCE, CONFORMANCE_MAX_TRIALS, conformance_audit
 from bench.audit.images import MAX_PLACES, RANDOM_BACKGROUNDS, AnyImageAuditor, MPixelAuditor
-from bench.audit.maths import max_demonstrable_epsilon, trials_to_demonstrate
-from bench.audit.plan import POWER_RATIO, _expected_bound, planned_trials, trials_needed, verdict
 from bench.audit.run import gate_trials
-from bench.interfaces import PrivacyClaim
-from bench.registry import register_mechanism, scoped
+from bench.core.interfaces import PrivacyClaim
+from bench.core.registry import register_mechanism, scoped
+from bench.privacy.audit_maths import max_demonstrable_epsilon, trials_to_demonstrate
+from bench.privacy.audit_plan import POWER_RATIO, _expected_bound, planned_trials, trials_needed, verdict
 from bench.testing import run_conformance
 from mechanisms.dp_latent import DPLatent
 from mechanisms.dp_pix import DPPix
@@ -173,10 +173,10 @@ class OverClaim(DPPix):
 
 
 def test_a_claim_the_budget_cannot_reach_is_recorded_inconclusive_never_passed(monkeypatch, capsys):
-    import bench.cli.submit_cmd as submit_cmd
     from pathlib import Path
 
-    from bench.grid import Placement, expand, suite_from_lists
+    import bench.cli.submit_cmd as submit_cmd
+    from bench.scale.grid import Placement, expand, suite_from_lists
 
     monkeypatch.setattr(submit_cmd, "SUBMIT_AUDIT_MAX_TRIALS", 2000)
     with scoped():

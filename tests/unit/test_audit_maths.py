@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bench.audit.maths import (
+from bench.privacy.audit_maths import (
     clopper_pearson_upper,
     epsilon_from_rates,
     epsilon_lower_bound,

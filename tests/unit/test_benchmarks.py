@@ -10,12 +10,12 @@ import pytest
 import torch
 import yaml
 
-from bench import registry
-from bench.benchmarks import Benchmark, declare_benchmark, declared_attributes, declared_targets
+from bench.cell.runner import RunConfig, plan
 from bench.cli import main
+from bench.core import registry
+from bench.core.benchmarks import Benchmark, declare_benchmark, declared_attributes, declared_targets
+from bench.core.interfaces import RunContext, Task
 from bench.errors import BenchError
-from bench.interfaces import RunContext, Task
-from bench.runner import RunConfig, plan
 from tasks.fewshot import FewShot
 from tasks.fidelity import Fidelity
 from tasks.reid import Reid

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.tune_cost import charges_training, tuning_cost_note
+from bench.scale.tune_cost import charges_training, tuning_cost_note
 from leaderboard.boards import NOISE_UNKNOWN, WITHHELD, build_leaderboard
 from leaderboard.cells import average_reruns, cells_frame, claim_label
 from leaderboard.exports import csv_text, render_markdown, render_terminal
@@ -143,13 +143,13 @@ def test_only_a_dp_sgd_training_claim_is_charged():
 
 def test_tune_tags_each_selected_dp_sgd_run_and_prints_the_note(monkeypatch, tmp_path):
     """``run_selected_on_test`` tags reused and computed DP-SGD test runs alike; a cell without DP-SGD is left alone."""
-    import bench.executors
-    import bench.runner
-    import bench.tune as tune
+    import bench.cell.runner
+    import bench.scale.executors
+    import bench.scale.tune as tune
+    from bench.cell.runner import RunConfig
     from bench.cli.tune_cmd import format_selected
-    from bench.grid import CellOutcome
-    from bench.runner import RunConfig
-    from bench.tune_cost import TUNING_COST_TAG
+    from bench.scale.grid import CellOutcome
+    from bench.scale.tune_cost import TUNING_COST_TAG
 
     class Result:
         def __init__(self, claim):
@@ -161,10 +161,10 @@ def test_tune_tags_each_selected_dp_sgd_run_and_prints_the_note(monkeypatch, tmp
     outcomes = {"3.0": CellOutcome("k1", "a", "skipped", "run-reused", result=Result({"epsilon": 3.0})),
                 "8.0": CellOutcome("k2", "b", "done", "run-new", result=Result({"epsilon": 8.0})),
                 "inf": CellOutcome("k3", "c", "done", "run-nonprivate", result=Result(None))}
-    monkeypatch.setattr(bench.executors, "open_tracker", lambda *a: tracker)
-    monkeypatch.setattr(bench.executors, "execute_cell",
+    monkeypatch.setattr(bench.scale.executors, "open_tracker", lambda *a: tracker)
+    monkeypatch.setattr(bench.scale.executors, "execute_cell",
                         lambda cell, files: outcomes[str(cell.config.overrides["task"]["training.epsilon"])])
-    monkeypatch.setattr(bench.runner, "plan", lambda cfg: type("P", (), {"key": "k", "mechanism": type(
+    monkeypatch.setattr(bench.cell.runner, "plan", lambda cfg: type("P", (), {"key": "k", "mechanism": type(
         "M", (), {"config": {}})()})())
     monkeypatch.setattr(tune, "counted_trials", lambda study: 12)
     monkeypatch.setattr(tune, "pareto_rows", lambda study: [

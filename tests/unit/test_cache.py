@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import bench.cache as cache_module
-from bench.cache import MANIFEST, OBJECT_FILE, Cache, remove_stale_temporaries
+import bench.storage.cache as cache_module
+from bench.storage.cache import MANIFEST, OBJECT_FILE, Cache, remove_stale_temporaries
 
 OBJ = {"state": {"w": torch.arange(1000, dtype=torch.float32)}, "info": {"epochs": 3, "name": "x"}}
 
@@ -153,7 +153,7 @@ def test_a_kill_during_a_write_leaves_no_entry(tmp_path):
 def test_concurrent_builders_build_once(tmp_path):
     script = (
         "import sys, time, torch\n"
-        "from bench.cache import Cache\n"
+        "from bench.storage.cache import Cache\n"
         "def build():\n"
         "    print('built', flush=True); time.sleep(1.0); return {'x': torch.ones(3)}\n"
         f"obj, hit = Cache({str(tmp_path)!r}).get_or_build('models', 'k', build)\n"

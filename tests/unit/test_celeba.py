@@ -8,13 +8,13 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from fixtures.celeba_fixture import ATTRIBUTE_NAMES, write_celeba
 from PIL import Image
 
-import bench.datasets.celeba as celeba
-from bench.datasets.celeba import CelebA, decode, landmark_boxes, read_table
+import bench.data.loaders.celeba as celeba
+from bench.core.registry import datasets
+from bench.data.loaders.celeba import CelebA, decode, landmark_boxes, read_table
 from bench.errors import BenchError
-from bench.registry import datasets
-from fixtures.celeba_fixture import ATTRIBUTE_NAMES, write_celeba
 
 N_IDS, PER_ID = 12, 4
 
@@ -167,7 +167,7 @@ def test_a_changed_image_invalidates_the_decoded_cache(tmp_path):
 
 
 def test_verify_data_hashes_image_bytes(tmp_path, monkeypatch):
-    from bench.datasets.base import load_dataset
+    from bench.data.base import load_dataset
 
     decoded = []
     real_decode = celeba.decode

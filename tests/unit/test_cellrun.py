@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
-from bench.cellrun import sweep_orphans
-from bench.tracking import Tracker
+from bench.cell.execute import sweep_orphans
+from bench.storage.tracking import Tracker
 
 
 def dead_pid() -> int:

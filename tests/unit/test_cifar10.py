@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-import bench.datasets.cifar10 as cifar
-from bench.datasets.cifar10 import Cifar10
+import bench.data.loaders.cifar10 as cifar
+from bench.core.registry import datasets
+from bench.data.loaders.cifar10 import Cifar10
 from bench.errors import BenchError
-from bench.registry import datasets
 
 PER_BATCH = 100
 SMALL = {"n_train": 200, "n_val": 50, "n_population": 150, "n_test": 60}

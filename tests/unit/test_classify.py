@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from bench.datasets.base import ImageSet, Splits
+from bench.core.interfaces import Release
+from bench.core.registry import benchmarks, tasks
+from bench.data.base import ImageSet, Splits
 from bench.errors import BenchError
-from bench.facecrops import crop_faces, face_crop_view, has_face_table
-from bench.interfaces import Release
 from bench.nn.classifiers import Classifier, check_input, load_weights
 from bench.nn.stream_train import augment_batch
-from bench.registry import benchmarks, tasks
-from tasks.class_metrics import correlation, per_class_ap, per_class_accuracy, topk_accuracy
+from bench.release.facecrops import crop_faces, face_crop_view, has_face_table
+from tasks.class_metrics import correlation, per_class_accuracy, per_class_ap, topk_accuracy
 from tasks.classify import PROTOCOLS, class_face_fraction
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench import registry
-from bench.config import build_config, setting
+from bench.cell.runner import RunConfig, plan
+from bench.core import registry
+from bench.core.config import build_config, setting
 from bench.errors import BenchError
-from bench.grid import Placement, expand, parse_suite
-from bench.runner import RunConfig, plan
+from bench.scale.grid import Placement, expand, parse_suite
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""bench.cpus counts the CPUs a process may use: affinity mask and cgroup quotas (v1 and v2)."""
+"""bench.system.cpus counts the CPUs a process may use: affinity mask and cgroup quotas (v1 and v2)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from bench import cpus
-from bench.cpus import cgroup_cpu_limit, usable_cpus
+from bench.system import cpus
+from bench.system.cpus import cgroup_cpu_limit, usable_cpus
 
 
 def _write(path, text):
@@ -93,7 +93,7 @@ def test_fit_torch_threads_lowers_to_the_quota_and_never_raises(monkeypatch):
 
 
 def test_grid_cpu_slots_split_the_usable_cpus_not_the_hosts(monkeypatch):
-    from bench import executors
+    from bench.scale import executors
 
     monkeypatch.setattr(executors, "usable_cpus", lambda: 4)
     assert [slot.threads for slot in executors.slots("cpu", 2)] == [2, 2]

@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from bench import curves
-from bench.modelcache import cached_model
+from bench.core import curves
+from bench.storage.modelcache import cached_model
 
 
 def test_epoch_values_average_each_epoch_and_mark_an_empty_one():

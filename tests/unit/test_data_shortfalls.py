@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.datasets.base import SplitShape
+from bench.core.registry import scoped
+from bench.data.base import SplitShape
 from bench.errors import BenchError
-from bench.registry import scoped
 
 
 def plan_cell(tmp_path: Path, task: str, overrides: dict, profile: str = "smoke"):
-    from bench.runner import RunConfig, plan
+    from bench.cell.runner import RunConfig, plan
 
     return plan(RunConfig(task, "pixelate", profile=profile, results_dir=tmp_path / "results", overrides=overrides,
                           attacks=()))
@@ -85,7 +85,7 @@ def reid_shape(train_ids: int, query_ids: int = 2) -> dict[str, SplitShape]:
 
 
 def test_reid_needs_p_training_identities_and_names_the_setting_that_fixes_it():
-    from bench.registry import tasks
+    from bench.core.registry import tasks
 
     with scoped():
         smoke = tasks.get("reid_market1501")("smoke", {"data": {"max_ids": None}})
@@ -104,8 +104,8 @@ def test_reid_needs_p_training_identities_and_names_the_setting_that_fixes_it():
 
 
 def test_the_few_photos_epochs_follow_the_profile():
-    from bench.config import load_preset
-    from bench.registry import attacks, benchmarks
+    from bench.core.config import load_preset
+    from bench.core.registry import attacks, benchmarks
 
     with scoped():
         declared = benchmarks.get("fewshot_folder")
@@ -145,8 +145,8 @@ def test_the_settings_label_shows_a_folder_by_name_and_fingerprint_never_its_pat
 
 
 def test_attribute_adversaries_need_data_that_labels_their_attributes():
-    from bench.registry import attacks, tasks
-    from bench.attribute_checks import check_attributes
+    from bench.cell.attribute_checks import check_attributes
+    from bench.core.registry import attacks, tasks
 
     with scoped():
         task = tasks.get("reid_market1501")("smoke", None)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.interfaces import RunContext
+from bench.core.interfaces import RunContext
 from bench.nn.dncnn import DenoiserTraining, DnCNN, denoise_images, image_quality, to_uint8, train_denoiser
 from bench.nn.images import to_input
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from bench.dpsgd import accounting
-from bench.dpsgd.method import Schedule, TrainingMethod, accounting_facts, plan_training
 from bench.errors import BenchError
+from bench.privacy.dpsgd import accounting
+from bench.privacy.dpsgd.method import Schedule, TrainingMethod, accounting_facts, plan_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered in log")  # PRV at q = 1
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench.registry import mechanisms
-from bench.streams import Streams
+from bench.core.registry import mechanisms
+from bench.randomness.streams import Streams
 from mechanisms import _dp
 
 

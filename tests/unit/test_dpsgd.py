@@ -10,12 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bench.dpsgd import median
-from bench.dpsgd.fusion import fuse, fusion_weights
-from bench.dpsgd.method import TrainingMethod, accounting_facts
-from bench.dpsgd.train import Schedule, per_example_loss, predict_proba, train_private
 from bench.errors import BenchError
 from bench.nn.vit import build_vit
+from bench.privacy.dpsgd import median
+from bench.privacy.dpsgd.fusion import fuse, fusion_weights
+from bench.privacy.dpsgd.method import TrainingMethod, accounting_facts
+from bench.privacy.dpsgd.train import Schedule, per_example_loss, predict_proba, train_private
 
 CLASSES = 4
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing")

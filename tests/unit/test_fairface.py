@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import bench.datasets.fairface as fairface
-from bench.datasets.fairface import ATTR_NAMES, FairFace
-from bench.errors import BenchError
-from bench.registry import datasets
 from fixtures.reid_fixtures import (
     FAIRFACE_AGES,
     FAIRFACE_GENDERS,
@@ -17,6 +12,11 @@ from fixtures.reid_fixtures import (
     fairface_rows,
     write_fairface,
 )
+
+import bench.data.loaders.fairface as fairface
+from bench.core.registry import datasets
+from bench.data.loaders.fairface import ATTR_NAMES, FairFace
+from bench.errors import BenchError
 
 
 def load(root, cache, **options):

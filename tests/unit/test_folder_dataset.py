@@ -11,11 +11,11 @@ import pytest
 import torch
 from PIL import Image
 
-from bench.datasets import imageread
-from bench.datasets.folder import Folder, scan_tree
-from bench.datasets.folder_images import FolderImages
+from bench.core.registry import datasets
+from bench.data import imageread
+from bench.data.loaders.folder import Folder, scan_tree
+from bench.data.loaders.folder_images import FolderImages
 from bench.errors import BenchError
-from bench.registry import datasets
 from tests.fixtures.image_folders import solid, write_messy_tree
 
 SIZE = 32
@@ -297,8 +297,9 @@ def test_grey_option_and_public_classes(tree, cache):
 
 
 def test_loads_inside_a_cell_are_recorded_with_what_loads_them_again(tree, cache, monkeypatch):
-    from bench.datasets import caching, folder
-    from bench.datasets.base import image_set_digest, load_dataset, load_public, recording_reads
+    from bench.data import caching
+    from bench.data.base import image_set_digest, load_dataset, load_public, recording_reads
+    from bench.data.loaders import folder
 
     options = opts(tree.root, min_images=5, split_fractions=[0.5, 0, 0.5])
     assert load_dataset("folder", None, options, cache) is not None  # outside a cell: nothing recorded

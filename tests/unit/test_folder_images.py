@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bench.datasets.folder_images import SPLITS, FolderImages, allocate, parse_fractions
+from bench.data.loaders.folder_images import SPLITS, FolderImages, allocate, parse_fractions
 from bench.errors import BenchError
 
 

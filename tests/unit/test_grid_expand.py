@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bench.cell.runner import RunConfig, plan
 from bench.cli import main
 from bench.errors import BenchError
-from bench.grid import (
+from bench.scale.grid import (
     CellOutcome,
     GridSummary,
     MechanismSpec,
@@ -21,7 +22,6 @@ from bench.grid import (
     parse_value_lists,
     suite_names,
 )
-from bench.runner import RunConfig, plan
 
 SMOKE = {
     "description": "test",
@@ -85,8 +85,8 @@ def test_overrides_and_attacks_change_the_key(where):
 
 
 def test_a_changed_preset_is_another_cell_and_another_board(monkeypatch):
-    import bench.interfaces as interfaces
-    from bench.cells import content_key
+    import bench.core.interfaces as interfaces
+    from bench.core.keys import content_key
     from leaderboard.protocol import BoardKey
 
     config = RunConfig(task="fewshot_synth_faces", mechanism="pixelate", params={"block": 4}, seed=0, profile="smoke")
@@ -107,11 +107,11 @@ def test_a_changed_preset_is_another_cell_and_another_board(monkeypatch):
 
 @pytest.mark.parametrize("module, owner, attribute", [
     ("tasks.fewshot", "FewShot", "version"),                    # the task's models changed
-    ("bench.datasets.synth_faces", "SynthFaces", "version"),    # the generator draws other faces
+    ("bench.data.synthetic.synth_faces", "SynthFaces", "version"),    # the generator draws other faces
     ("attacks.face_reid", "FaceReid", "version"),               # an adversary's embedder changed
-    ("bench.rng", None, "VERSION"),                             # every random stream changed
-    ("bench.release", None, "RELEASE_FORMAT"),
-    ("bench.facecrops", None, "VIEW_VERSION"),
+    ("bench.randomness.rng", None, "VERSION"),                             # every random stream changed
+    ("bench.release.dataset", None, "RELEASE_FORMAT"),
+    ("bench.release.facecrops", None, "VIEW_VERSION"),
 ])
 def test_code_whose_numbers_changed_is_another_cell_and_another_board(monkeypatch, module, owner, attribute):
     """A FINISHED run of older code is never returned for, nor ranked beside, what today's code computes."""
@@ -286,8 +286,8 @@ def test_cli_errors_are_one_line_exit_2(capsys, tmp_path, argv, fragment):
 
 def test_finished_cells_on_real_data_go_to_workers_to_be_checked(monkeypatch):
     """A real-data cell's FINISHED run may predate a change of its files: a worker checks it (cellrun.data_changed)."""
-    import bench.grid as grid_module
-    from bench.grid import Cell, pending
+    import bench.scale.grid as grid_module
+    from bench.scale.grid import Cell, pending
 
     cells = [Cell(RunConfig(task=task, mechanism="identity"), key, key) for task, key in (
         ("fewshot_synth_faces", "synthetic-done"), ("fewshot_folder", "real-done"), ("fewshot_folder", "real-new"),

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from bench import groups as g
-from bench import scores
-from bench.report import format_groups
+from bench.cell.report import format_groups
+from bench.core import groups as g
+from bench.core import scores
 from tasks.episodes import group_episode_accuracies
 
 

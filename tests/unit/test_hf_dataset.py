@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from bench.datasets import imageread
-from bench.datasets.hf import HuggingFace
+from bench.core.registry import datasets
+from bench.data import imageread
+from bench.data.loaders.hf import HuggingFace
 from bench.errors import BenchError
-from bench.registry import datasets
 from tests.fixtures.image_folders import png_bytes, solid
 
 SIZE = 16

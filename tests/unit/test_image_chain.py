@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from bench.datasets.base import ImageSet, Splits, size_report
-from bench.registry import tasks
-from bench.runner import image_chain
+from bench.cell.runner import image_chain
+from bench.core.registry import tasks
+from bench.data.base import ImageSet, Splits, size_report
 from tests.fixtures.celeba_fixture import write_celeba
 
 
@@ -28,7 +28,7 @@ def test_the_chain_of_a_synthetic_cell_is_its_stored_size_and_the_task_input():
 
 
 def test_celeba_records_native_sizes_and_small_images_upscaled(tmp_path):
-    from bench.datasets.celeba import CelebA
+    from bench.data.loaders.celeba import CelebA
 
     fx = write_celeba(tmp_path / "data", n_ids=4, per_id=3, small_ids=0)
     options = {"min_images": 3, "size": 200, "crop": 176, "split_fractions": (0.5, 0.25, 0.25)}

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from bench.datasets import imageread, shards
-from bench.datasets import imagenet_annotations as ann
-from bench.datasets.imagenet import ImageNet
-from bench.datasets.shards import ShardedImages
+from bench.core.registry import datasets
+from bench.data import imageread, shards
+from bench.data.loaders import imagenet_annotations as ann
+from bench.data.loaders.imagenet import ImageNet
+from bench.data.shards import ShardedImages
 from bench.errors import BenchError
-from bench.registry import datasets
 from tests.fixtures import imagenet_fixture as fix
 
 SIZE = 50

@@ -8,15 +8,15 @@ import shutil
 import pytest
 import torch
 
-from bench import registry
-from bench.datasets import imageread
-from bench.datasets import imagenet_annotations as ann
-from bench.datasets.base import ImageSet, Splits
-from bench.datasets.imagenet import ImageNet
+from bench.cell.runner import skipped_face_attacks
+from bench.core import registry
+from bench.core.interfaces import Release
+from bench.data import imageread
+from bench.data.base import ImageSet, Splits
+from bench.data.loaders import imagenet_annotations as ann
+from bench.data.loaders.imagenet import ImageNet
 from bench.errors import BenchError
-from bench.facecrops import face_crop_view, has_face_table
-from bench.interfaces import Release
-from bench.runner import skipped_face_attacks
+from bench.release.facecrops import face_crop_view, has_face_table
 from tests.fixtures import imagenet_fixture as fix
 
 SIZE = 50

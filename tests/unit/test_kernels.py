@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench import kernels, rng
+from bench.core.registry import mechanisms
 from bench.errors import BenchError
-from bench.registry import mechanisms
-from bench.streams import Streams
-
+from bench.randomness import rng
+from bench.randomness.streams import Streams
+from bench.system import kernels
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
 """Compiled means Inductor's C++ on the CPU and Triton on CUDA: both must give the eager numbers."""
@@ -117,7 +117,7 @@ def test_a_bad_setting_is_a_user_error(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.mark.slow  # compiles about 24 kernel variants: 80-110 s cold on 2 cores
 def test_many_image_sizes_and_draw_shapes_stay_compiled(recwarn: pytest.WarningsRecorder):
-    from bench import streams as streams_module
+    from bench.randomness import streams as streams_module
     from mechanisms import dp_pix, gaussian_noise
 
     with kernels.using("compiled"):
@@ -192,7 +192,7 @@ def test_a_mechanism_decides_by_its_batch_unless_a_release_decided(monkeypatch: 
     assert not compiled_calls
     assert torch.equal(mech.apply(images[:6], generator=streams[:6]), decided[:6])  # 11,880 values: eager
     assert not compiled_calls
-    from bench import streams as streams_module
+    from bench.randomness import streams as streams_module
 
     monkeypatch.setattr(streams_module._normal, "_compiled", None)
     Streams.for_images(0, "kernels", 100).normal((300,))  # 30,000 draws from arguments of 100 and 300 values
@@ -200,9 +200,9 @@ def test_a_mechanism_decides_by_its_batch_unless_a_release_decided(monkeypatch: 
 
 
 def test_a_release_records_the_path_its_kernels_took(tmp_path):
-    from bench.datasets.base import ImageSet, Splits
-    from bench.interfaces import RunContext
-    from bench.release import make_release
+    from bench.core.interfaces import RunContext
+    from bench.data.base import ImageSet, Splits
+    from bench.release.dataset import make_release
 
     images = torch.randint(0, 256, (8, 3, 16, 16), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
     splits = Splits("toy", {"train": ImageSet(images, torch.arange(8))}, "fp")

@@ -12,9 +12,9 @@ import torch
 import yaml
 from PIL import Image
 
-from bench.datasets.imagesplit import SPLITS
-from bench.datasets.labelled_folder import LabelledFolder
-from bench.datasets.labelled_hf import LabelledHf
+from bench.data.imagesplit import SPLITS
+from bench.data.loaders.labelled_folder import LabelledFolder
+from bench.data.loaders.labelled_hf import LabelledHf
 from bench.errors import BenchError
 from tests.fixtures.image_folders import png_bytes
 
@@ -111,7 +111,8 @@ def test_a_parquet_dataset_with_shared_classes_keeps_its_own_splits(tmp_path):
 
 
 def test_a_save_to_disk_dataset_names_its_classes_and_boxes_reach_the_images(tmp_path):
-    from datasets import ClassLabel, Dataset, Features, Image as HfImage, Sequence, Value
+    from datasets import ClassLabel, Dataset, Features, Sequence, Value
+    from datasets import Image as HfImage
 
     features = Features({"image": HfImage(), "label": ClassLabel(names=["cat", "dog"]),
                          "faces": Sequence(Sequence(Value("float32")))})

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.core.interfaces import Result
 from bench.errors import BenchError
-from bench.interfaces import Result
-from bench.tracking import Tracker
+from bench.storage.tracking import Tracker
 from leaderboard.store import SUPERSEDED, Skipped, combine, load_entry, read_entries, runs_frame
 
 TASK = "fewshot_synth_faces"

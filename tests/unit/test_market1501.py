@@ -4,12 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import bench.datasets.market1501 as market
-from bench.datasets.market1501 import Market1501, find_data_dir, parse_name
-from bench.errors import BenchError
-from bench.registry import datasets
-from tasks.reid_metrics import evaluate_rank
 from fixtures.reid_fixtures import (
     MARKET_ATTRS,
     MARKET_TEST_IDS,
@@ -20,6 +14,12 @@ from fixtures.reid_fixtures import (
     write_market_attribute_csv,
     write_market_attribute_mat,
 )
+
+import bench.data.loaders.market1501 as market
+from bench.core.registry import datasets
+from bench.data.loaders.market1501 import Market1501, find_data_dir, parse_name
+from bench.errors import BenchError
+from tasks.reid_metrics import evaluate_rank
 
 
 def load(root, cache, **options):

@@ -14,15 +14,15 @@ import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFilter
 
-from bench.errors import BenchError
+from bench.cell.sheets import sample_sheet
 from bench.cli.mechanisms_cmd import parse_sweeps, settings, show_mechanism
-from bench.faces import detect_boxes, detector_recall
-from bench.datasets.base import ImageSet
-from bench import release
-from bench.interfaces import RunContext
-from bench.registry import mechanisms
-from bench.sheets import sample_sheet
-from bench.streams import Streams
+from bench.core.interfaces import RunContext
+from bench.core.registry import mechanisms
+from bench.data.base import ImageSet
+from bench.errors import BenchError
+from bench.faces.detect import detect_boxes, detector_recall
+from bench.randomness.streams import Streams
+from bench.release import dataset as release
 from bench.testing.references import authors_face_blur
 from mechanisms import _blur, _ops, _pil_blur, _threads
 from mechanisms._dp import dp_pix_scale, image_dp_levels, image_dp_scale
@@ -426,7 +426,7 @@ def test_face_mechanisms_need_boxes(name):
         make(name).apply(x, generator=streams(2), boxes=face_boxes()[:1])
 
 
-# --- bench.faces -------------------------------------------------------------------------
+# --- bench.faces.detect -------------------------------------------------------------------------
 
 
 def test_detector_recall_matches_one_to_one():
@@ -498,7 +498,7 @@ def test_dp_latent_caches_the_model_by_public_content(tmp_path, monkeypatch):
     public = public_set(random_batch(16, 3, 12, 12, seed=3))
     first = make("dp_latent", latent_dim=4, steps=10)
     first.fit(public, latent_context(tmp_path))
-    from bench.cache import Cache
+    from bench.storage.cache import Cache
 
     ctx = latent_context(tmp_path)
     assert Cache(ctx.cache_dir).open("dp_latent", first.cache_key(public, ctx)) is not None

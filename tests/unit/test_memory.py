@@ -1,4 +1,4 @@
-"""bench/_memory.py: huge pages on, glibc's heap keeping freed memory unless the user tuned malloc."""
+"""bench/system/memory.py: huge pages on, glibc's heap keeping freed memory unless the user tuned malloc."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from bench import _memory
+from bench.system import memory as _memory
 
 PROBE = r"""
 import json, os
 import bench
-from bench import _memory
+from bench.system import memory as _memory
 bench.tune_allocator()  # as the bench command does when it starts (importing bench does not)
 print(json.dumps({"thp": os.environ.get("THP_MEM_ALLOC_ENABLE"), "again": _memory.tune_allocator()}))
 """
@@ -24,7 +24,7 @@ import json, resource
 import bench
 bench.tune_allocator()  # as the bench command does, before torch
 import torch
-from bench import _memory
+from bench.system import memory as _memory
 
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -54,7 +54,7 @@ import json
 import bench
 bench.tune_allocator()  # as the bench command does, before torch
 import torch
-from bench import _memory
+from bench.system import memory as _memory
 
 x = torch.ones(256 << 20, dtype=torch.uint8)  # 256 MB in the heap, then free and still resident
 del x

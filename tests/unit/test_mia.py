@@ -10,8 +10,8 @@ import torch
 from scipy import optimize, stats
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from bench.audit.maths import clopper_pearson_upper, epsilon_lower_bound, epsilon_lower_bound_unequal
-from bench.mia import (
+from bench.privacy.audit_maths import clopper_pearson_upper, epsilon_lower_bound, epsilon_lower_bound_unequal
+from bench.privacy.mia import (
     auc,
     auc_pvalue,
     empirical_epsilon,

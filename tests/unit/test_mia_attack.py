@@ -10,9 +10,9 @@ import torch
 
 from attacks._membership_audit import canary_set
 from attacks.membership import Membership, label_outputs
-from bench.datasets.base import ImageSet
+from bench.core.interfaces import RunContext
+from bench.data.base import ImageSet
 from bench.errors import BenchError
-from bench.interfaces import RunContext
 
 
 def _ctx(tmp_path: Path) -> RunContext:

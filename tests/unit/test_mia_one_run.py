@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bench.mia.one_run import (
+from bench.privacy.mia.one_run import (
     count_correct,
     epsilon_ceiling,
     epsilon_lower_bound,

@@ -8,16 +8,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bench.mia import auc, rmia_scores, tpr_at_fpr
-from bench.mia.lowfpr import coarse, scoring_fpr, tpr_with_se
-from bench.mia.references import (
+from bench.privacy.mia import auc, rmia_scores, tpr_at_fpr
+from bench.privacy.mia.lowfpr import coarse, scoring_fpr, tpr_with_se
+from bench.privacy.mia.references import (
     A_GRID,
     choose_rmia_a,
     lira_online_scores,
     reference_keep,
     rmia_out_scores,
 )
-
 
 # ----------------------------------------------------------------- the scoring FPR and its error
 

@@ -7,10 +7,10 @@ import shutil
 import pytest
 import torch
 
-from bench.datasets import imageread
-from bench.datasets.miniimagenet import MiniImageNet
+from bench.core.registry import datasets
+from bench.data import imageread
+from bench.data.loaders.miniimagenet import MiniImageNet
 from bench.errors import BenchError
-from bench.registry import datasets
 from tests.fixtures.image_folders import write_miniimagenet
 
 PER_CLASS = 3

@@ -10,10 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from bench.datasets import storage
-from bench.datasets.folder import Folder
-from bench.datasets.folder_images import FolderImages
-from bench.interfaces import RunContext
+from bench.core.interfaces import RunContext
+from bench.data import stored_size as storage
+from bench.data.loaders.folder import Folder
+from bench.data.loaders.folder_images import FolderImages
 
 
 def write_faces(root: Path, people: int = 6, per: int = 4, size_wh: tuple[int, int] = (24, 28), mode: str = "L",
@@ -102,9 +102,9 @@ def test_folder_images_keeps_the_vit_size_and_public_images_follow_the_splits_st
 
 def test_bench_release_of_a_grey_folder_is_the_cells_operation(tmp_path):
     """The same dp_pix at C = 1 and the same cells: per-pixel noise statistics agree (1000s of cells each)."""
-    from bench.folder_release import execute, plan
-    from bench.registry import mechanisms
-    from bench.release import apply_to_split
+    from bench.core.registry import mechanisms
+    from bench.release.dataset import apply_to_split
+    from bench.release.folder import execute, plan
 
     root = write_faces(tmp_path / "faces", people=10, per=10, level=128)
     released = tmp_path / "released"
@@ -137,8 +137,8 @@ def test_bench_release_of_a_grey_folder_is_the_cells_operation(tmp_path):
 
 
 def test_the_claims_tail_counts_the_channels_the_mechanism_ran_at():
-    from bench.registry import mechanisms
-    from bench.secure_streams import laplace_exposure
+    from bench.core.registry import mechanisms
+    from bench.release.secure_streams import laplace_exposure
 
     mechanism = mechanisms.get("dp_pix")(epsilon=1.0, block=4, m=2)
     grey, rgb = laplace_exposure(mechanism, (28, 24), 1), laplace_exposure(mechanism, (28, 24))
@@ -154,8 +154,8 @@ def test_networks_that_want_rgb_take_grey_inputs():
 
 
 def test_the_chain_records_the_shape_the_mechanism_ran_at_and_the_warning_says_how_to_avoid_upscaling(tmp_path):
-    from bench.datasets.storage import upscaling_warning
-    from bench.runner import image_chain
+    from bench.cell.runner import image_chain
+    from bench.data.stored_size import upscaling_warning
 
     class Task:
         def input_size(self):
@@ -175,7 +175,7 @@ def test_a_hugging_face_table_of_small_grey_photos_is_stored_at_its_size_in_one_
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from bench.datasets.hf import HuggingFace
+    from bench.data.loaders.hf import HuggingFace
 
     def png(seed: int) -> bytes:
         buffer = io.BytesIO()

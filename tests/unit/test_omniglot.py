@@ -7,11 +7,11 @@ import pytest
 import torch
 from PIL import Image
 
-from bench.datasets import imageread
-from bench.datasets.classsplit import split_classes
-from bench.datasets.omniglot import DEFAULTS, Omniglot
+from bench.core.registry import datasets
+from bench.data import imageread
+from bench.data.classsplit import split_classes
+from bench.data.loaders.omniglot import DEFAULTS, Omniglot
 from bench.errors import BenchError
-from bench.registry import datasets
 from tests.fixtures.image_folders import write_omniglot
 
 CHARACTERS = 12  # 4 + 3 background, 5 evaluation

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bench.core.params import Param, ParamSpace, parse_assignments
 from bench.errors import BenchError
-from bench.params import Param, ParamSpace, parse_assignments
 
 SPACE = ParamSpace(
     epsilon=Param(float, 3.0, low=0, low_open=True, log=True),

@@ -12,8 +12,8 @@ import pytest
 import torch
 from conftest import load_benchmark  # tests/conftest.py: benchmarks/ is loaded by path
 
-from bench.registry import mechanisms
-from bench.streams import Streams
+from bench.core.registry import mechanisms
+from bench.randomness.streams import Streams
 from bench.testing.mechanisms import synthetic_boxes
 from mechanisms._dp import dp_pix_scale
 

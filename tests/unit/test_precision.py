@@ -7,18 +7,18 @@ import dataclasses
 import pytest
 import torch
 
-from bench import precision
-from bench.cells import content_key
+from bench.cell.runner import RunConfig, plan
 from bench.cli import main
-from bench.datasets.base import ImageSet
+from bench.core.interfaces import RunContext
+from bench.core.keys import content_key
+from bench.core.registry import mechanisms
+from bench.data.base import ImageSet
 from bench.errors import BenchError
-from bench.interfaces import RunContext
-from bench.modelcache import cached_model
 from bench.nn.conv4 import Conv4
 from bench.nn.images import embed
-from bench.registry import mechanisms
-from bench.release import apply_to_split
-from bench.runner import RunConfig, plan
+from bench.release.dataset import apply_to_split
+from bench.storage.modelcache import cached_model
+from bench.system import precision
 from leaderboard.protocol import BoardKey
 
 
@@ -157,7 +157,7 @@ def test_the_recorded_precision_of_old_and_new_results(versions, expected):
 
 
 def test_a_bf16_tuning_study_is_not_the_fp32_one(tmp_path):
-    from bench.tune import TuneConfig
+    from bench.scale.tune import TuneConfig
 
     base = _config(tmp_path, split="val")
     assert TuneConfig(base).name == TuneConfig(dataclasses.replace(base, precision="fp32")).name

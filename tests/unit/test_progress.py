@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bench.progress import Display, Emitter, StageClock, duration, queue_sender
+from bench.system.progress import Display, Emitter, StageClock, duration, queue_sender
 
 
 def _cell(emitter: Emitter) -> None:

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from bench.progress import Display, fit_line
+from bench.system.progress import Display, fit_line
 
 LONG_LABEL = ("fewshot_synth_faces · dp_pix(epsilon=3, block=4, m=1) · s0 [task.epochs=3, task.data.n_ids=40, "
               "face_reid.epochs=2]")
@@ -43,7 +43,7 @@ def test_at_80_columns_the_bar_keeps_counter_eta_and_bar():
 
 WARN = r"""
 import sys, warnings
-from bench.progress import Display
+from bench.system.progress import Display
 before = sys.stderr
 display = Display(interactive=True, width=80)
 emitter = display.emitter()

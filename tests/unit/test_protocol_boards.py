@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.scores import TOO_WEAK
+from bench.core.scores import TOO_WEAK
 from leaderboard.boards import RANKED, TUNING, UNDECLARED, build_leaderboard
 from leaderboard.declare import Declaration, DeclaredCell, declaration_from_entry, declarations_from_suite
 from leaderboard.exports import render_markdown, render_terminal
@@ -259,7 +259,7 @@ def test_an_entry_file_declares_only_its_own_cells():
 
 
 def test_a_suite_declares_one_entry_per_mechanism_by_cell_key():
-    from bench.grid import MechanismSpec, Suite
+    from bench.scale.grid import MechanismSpec, Suite
 
     suite = Suite(name="mini", profile="smoke", seeds=(0, 1, 2), benchmarks=(TASK,),
                   mechanisms=(MechanismSpec("pixelate", {"block": (4, 8)}), MechanismSpec("identity")))
@@ -268,7 +268,7 @@ def test_a_suite_declares_one_entry_per_mechanism_by_cell_key():
     pixelate = declarations["mini/pixelate"]
     assert len(pixelate.cells) == 12 and pixelate.seeds == (0, 1, 2) and pixelate.profile == "smoke"  # fp32 and bf16
     assert pixelate.problem() is None
-    from bench.runner import RunConfig, plan
+    from bench.cell.runner import RunConfig, plan
 
     planned = plan(RunConfig(task=TASK, mechanism="pixelate", params={"block": "8"}, seed=2, profile="smoke"))
     assert pixelate.cells[planned.key] == DeclaredCell(TASK, canonical_params({"block": 8}), 2)
@@ -281,8 +281,8 @@ def test_a_suite_declares_one_entry_per_mechanism_by_cell_key():
 
 
 def test_a_suite_s_bf16_cells_are_declared_only_for_benchmarks_that_compute_at_bf16():
-    from bench.grid import MechanismSpec, Suite
-    from bench.runner import RunConfig, plan
+    from bench.cell.runner import RunConfig, plan
+    from bench.scale.grid import MechanismSpec, Suite
 
     other = "dp_vit_synth_objects"
     suite = Suite(name="two", profile="smoke", seeds=(0,), benchmarks=(TASK, other),

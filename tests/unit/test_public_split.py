@@ -6,11 +6,11 @@ import hashlib
 
 import torch
 
-from bench.datasets.base import ImageSet, Splits
-from bench.datasets.synth_faces import SynthFaces
-from bench.interfaces import RunContext
-from bench.registry import mechanisms
-from bench.release import make_release
+from bench.core.interfaces import RunContext
+from bench.core.registry import mechanisms
+from bench.data.base import ImageSet, Splits
+from bench.data.synthetic.synth_faces import SynthFaces
+from bench.release.dataset import make_release
 from tests.fixtures.celeba_fixture import write_celeba
 
 SMALL = {"n_ids": 12, "per_id": 4, "split_ids": [6, 3, 3], "size": 32}
@@ -80,7 +80,7 @@ def test_the_laplace_clamp_adds_its_delta_to_a_benchmark_claim(tmp_path):
 
 
 def test_celeba_public_identities_are_in_no_split(tmp_path):
-    from bench.datasets.celeba import CelebA
+    from bench.data.loaders.celeba import CelebA
 
     fx = write_celeba(tmp_path / "data", n_ids=6, per_id=3, small_ids=3)
     options = {"min_images": 3, "size": 32, "split_fractions": (0.5, 0.25, 0.25)}

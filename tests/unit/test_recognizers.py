@@ -11,9 +11,9 @@ import torch
 from PIL import Image
 
 from bench.errors import BenchError
-from bench.recognizers import load_recognizer
-from bench.recognizers.align import ARCFACE_TEMPLATE, Located, centred_boxes, crop, locate, similarity, warp
-from bench.recognizers.identify import Gallery, fuse, hits, tar_at_far, verification
+from bench.faces.align import ARCFACE_TEMPLATE, Located, centred_boxes, crop, locate, similarity, warp
+from bench.faces.identify import Gallery, fuse, hits, tar_at_far, verification
+from bench.faces.recognizers import load_recognizer
 
 ORL = Path(__file__).resolve().parents[1] / "fixtures" / "faces_orl"
 
@@ -126,7 +126,7 @@ def test_missing_weights_and_packages_are_one_line_naming_what_to_supply(monkeyp
         load_recognizer("onnx", "/nonexistent/arcface.onnx")
     import importlib.util
 
-    import bench.recognizers.dlib_resnet as dlib_resnet
+    import bench.faces.dlib_resnet as dlib_resnet
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

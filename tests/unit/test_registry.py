@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import bench
-from bench import registry
+from bench.core import registry
+from bench.core.interfaces import Mechanism
+from bench.core.registry import Registry
 from bench.errors import BenchError
-from bench.interfaces import Mechanism
-from bench.registry import Registry
 
 
 class _Echo(Mechanism):
@@ -90,8 +90,8 @@ def test_entry_point_plugins_load_and_broken_ones_warn(monkeypatch):
 def test_load_file_registers_a_single_file_mechanism(tmp_path: Path):
     source = tmp_path / "my_mech.py"
     source.write_text(
-        "from bench.interfaces import Mechanism\n"
-        "from bench.registry import register_mechanism\n"
+        "from bench.core.interfaces import Mechanism\n"
+        "from bench.core.registry import register_mechanism\n"
         "@register_mechanism('from_file_test')\n"
         "class FromFile(Mechanism):\n"
         "    def apply(self, images, *, generator, boxes=None):\n"

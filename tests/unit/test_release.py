@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.datasets.base import ImageSet, Splits
-from bench.interfaces import Mechanism, RunContext
-from bench.registry import mechanisms
-from bench.release import apply_to_split, make_release, release_key
+from bench.core.interfaces import Mechanism, RunContext
+from bench.core.registry import mechanisms
+from bench.data.base import ImageSet, Splits
+from bench.release.dataset import apply_to_split, make_release, release_key
 
 
 def _splits() -> Splits:
@@ -57,7 +57,7 @@ def test_a_mechanism_returning_the_wrong_dtype_is_reported(tmp_path):
 
 
 def test_detected_boxes_report_recall_against_the_dataset_boxes(tmp_path):
-    from bench.datasets import load_dataset
+    from bench.data import load_dataset
 
     faces = load_dataset("synth_faces", None, {"n_ids": 6, "per_id": 2, "split_ids": [2, 2, 2]}, tmp_path)
     mech = mechanisms.get("face_overlay")()
@@ -73,8 +73,8 @@ def test_detected_boxes_report_recall_against_the_dataset_boxes(tmp_path):
 @pytest.mark.parametrize("hold_images", [1, 3, 100])
 def test_a_release_held_on_the_device_is_the_release_sent_batch_by_batch(tmp_path, monkeypatch, hold_images):
     """Batches gathered before going to the host (as on an accelerator) give the same images, in order."""
-    from bench import release
-    from bench.datasets.shards import SplitWriter, open_split
+    from bench.data.shards import SplitWriter, open_split
+    from bench.release import dataset as release
 
     mech, split = mechanisms.get("dp_pix")(epsilon=1, block=2), _splits()["train"]
     expected, _ = apply_to_split(mech, split, _ctx(tmp_path), "release/train", batch=2)
@@ -101,7 +101,7 @@ def test_a_release_held_on_the_device_is_the_release_sent_batch_by_batch(tmp_pat
 
 def test_an_accelerator_batch_holds_more_images_on_the_device(tmp_path, monkeypatch):
     """With no batch named, a resident release takes DEVICE_BATCH_VALUES values a batch (at least BATCH images)."""
-    from bench import release
+    from bench.release import dataset as release
 
     seen: list[int] = []
 
@@ -121,7 +121,7 @@ def test_an_accelerator_batch_holds_more_images_on_the_device(tmp_path, monkeypa
 
 
 def test_only_the_cpu_sends_each_batch_to_the_host_as_it_comes():
-    from bench.release import stays_on_device
+    from bench.release.dataset import stays_on_device
 
     assert not stays_on_device(torch.device("cpu"))
     assert all(stays_on_device(torch.device(kind)) for kind in ("cuda", "cuda:1", "mps", "xpu"))
@@ -131,7 +131,7 @@ def test_only_the_cpu_sends_each_batch_to_the_host_as_it_comes():
 @pytest.mark.parametrize("name,params", [("dp_pix", {"epsilon": 1, "block": 2}), ("gaussian_noise", {"sigma": 20.0}),
                                          ("pixelate", {"block": 4})])
 def test_a_cuda_release_held_on_the_gpu_equals_one_sent_to_the_host_batch_by_batch(tmp_path, monkeypatch, name, params):
-    from bench import release
+    from bench.release import dataset as release
 
     ctx = RunContext(device=torch.device("cuda"), seed=0, profile="smoke", data_root=None, cache_dir=tmp_path)
     mech, split = mechanisms.get(name)(**params), _splits()["train"]

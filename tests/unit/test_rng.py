@@ -1,4 +1,4 @@
-"""Counter-based per-image random numbers (bench.rng) against a scalar reference."""
+"""Counter-based per-image random numbers (bench.randomness.rng) against a scalar reference."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from scipy import stats
 
-from bench import rng
-from bench.streams import Streams
+from bench.randomness import rng
+from bench.randomness.streams import Streams
 
 _U64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15

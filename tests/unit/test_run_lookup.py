@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from bench.core.interfaces import RESULT_SCHEMA
 from bench.errors import BenchError
-from bench.interfaces import RESULT_SCHEMA
-from bench.tracking import lookup
+from bench.storage.tracking import lookup
 
 
 def _run(run_id: str, key: str, status: str = "FINISHED", **tags: str) -> SimpleNamespace:

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from bench.interfaces import AttackOutcome, Result
-from bench.outcomes import attack_errors, imprecise_flags, privacy_score_se
-from bench.report import format_result
-from bench.scores import IMPRECISE, TOO_WEAK, Z95, interval_se, proportion_se, score_interval
+from bench.cell.report import format_result
+from bench.core.interfaces import AttackOutcome, Result
+from bench.core.outcomes import attack_errors, imprecise_flags, privacy_score_se
+from bench.core.scores import IMPRECISE, TOO_WEAK, Z95, interval_se, proportion_se, score_interval
 
 
 def test_the_binomial_error_is_wald_for_many_trials_and_never_zero():

@@ -7,10 +7,10 @@ import math
 import pytest
 from scipy.stats import binomtest
 
-from bench.interfaces import AttackOutcome, Result, privacy_score
-from bench.report import format_result
-from bench.runner import attack_flags
-from bench.scores import TOO_WEAK, binomial_sf, clean_advantage_pvalue, worst
+from bench.cell.report import format_result
+from bench.cell.runner import attack_flags
+from bench.core.interfaces import AttackOutcome, Result, privacy_score
+from bench.core.scores import TOO_WEAK, binomial_sf, clean_advantage_pvalue, worst
 
 
 def test_a_useless_attack_is_undefined_not_perfect_privacy():

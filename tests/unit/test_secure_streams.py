@@ -9,11 +9,13 @@ import pytest
 import torch
 from scipy import stats
 
-from bench import rng, secure_streams
+from bench.core.interfaces import ImageSet, PrivacyClaim, RunContext
+from bench.core.registry import mechanisms
 from bench.errors import BenchError
-from bench.interfaces import ImageSet, PrivacyClaim, RunContext
-from bench.registry import mechanisms
-from bench.secure_streams import (
+from bench.randomness import rng
+from bench.randomness.streams import Streams
+from bench.release import secure_streams
+from bench.release.secure_streams import (
     DrawTally,
     SecureStreams,
     clamped_laplace_delta,
@@ -27,7 +29,6 @@ from bench.secure_streams import (
     release_claim,
     tail_delta,
 )
-from bench.streams import Streams
 from mechanisms._ops import cell_means, fill_cells, to_uint8
 
 

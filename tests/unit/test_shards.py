@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-import bench.datasets.shards as shards
-from bench.datasets.base import ImageSet, Splits, SplitsSink, cached_sharded_splits
-from bench.datasets.shards import ShardedImages, SplitWriter, open_split, write_tensor
-from bench.interfaces import RunContext
+import bench.data.shards as shards
+from bench.core.interfaces import RunContext
+from bench.core.registry import mechanisms
+from bench.data.base import ImageSet, Splits, SplitsSink, cached_sharded_splits
+from bench.data.shards import ShardedImages, SplitWriter, open_split, write_tensor
 from bench.nn.conv4 import Conv4
 from bench.nn.images import embed, embed_images, image_batches, prepare
-from bench.registry import mechanisms
-from bench.release import apply_to_split, make_release
+from bench.release.dataset import apply_to_split, make_release
 
 CHW = (3, 16, 20)
 
@@ -96,7 +96,7 @@ def test_a_dataset_entry_streams_in_and_its_fingerprint_is_its_content(tmp_path,
 
 
 def test_a_damaged_shard_is_rebuilt(tmp_path, small_shards, capsys):
-    import bench.cache as cache_module
+    import bench.storage.cache as cache_module
 
     x = images(90)
     built = []

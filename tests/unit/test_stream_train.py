@@ -7,11 +7,11 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from bench import precision
-from bench.datasets.shards import ShardedImages, write_tensor
-from bench.interfaces import RunContext
+from bench.core.interfaces import RunContext
+from bench.data.shards import ShardedImages, write_tensor
 from bench.nn.ddp import run_data_parallel, world_size
 from bench.nn.stream_train import SgdSchedule, train_streamed
+from bench.system import precision
 
 SCHEDULE = SgdSchedule(epochs=3, batch_size=16, lr=0.05, lr_step=2, augment="none")
 

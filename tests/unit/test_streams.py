@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from bench.seeding import derive_seed, image_seeds
-from bench.streams import Streams
+from bench.randomness.seeding import derive_seed, image_seeds
+from bench.randomness.streams import Streams
 
 
 def test_derived_seeds_depend_on_seed_and_purpose():

@@ -7,10 +7,10 @@ import time
 import pytest
 import torch
 
-import bench.datasets.synth_faces as synth
-from bench.datasets.synth_faces import GENERATOR_VERSION, SynthFaces, generate, resolve_options
+import bench.data.synthetic.synth_faces as synth
+from bench.core.registry import datasets
+from bench.data.synthetic.synth_faces import GENERATOR_VERSION, SynthFaces, generate, resolve_options
 from bench.errors import BenchError
-from bench.registry import datasets
 
 SMALL = {"n_ids": 12, "per_id": 3, "size": 32, "split_ids": (6, 3, 3)}
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bench.datasets.synth_objects import (
+from bench.core.registry import datasets
+from bench.data.synthetic.synth_objects import (
     CLASSES,
     GENERATOR_VERSION,
     SPLITS,
@@ -18,7 +19,6 @@ from bench.datasets.synth_objects import (
     resolve_options,
 )
 from bench.errors import BenchError
-from bench.registry import datasets
 
 SMALL = {"n_train": 40, "n_val": 20, "n_test": 30, "n_population": 25}
 

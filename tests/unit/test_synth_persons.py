@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-import bench.datasets.synth_persons as sp
-import bench.datasets._person_draw as pd
-from bench.datasets._person_draw import draw_people, draw_shots
-from bench.datasets._person_render import render
-from bench.datasets.synth_persons import SynthPersons, plan, resolve_options
+import bench.data.synthetic._person_draw as pd
+import bench.data.synthetic.synth_persons as sp
+from bench.core.registry import datasets
+from bench.data.synthetic._person_draw import draw_people, draw_shots
+from bench.data.synthetic._person_render import render
+from bench.data.synthetic.synth_persons import SynthPersons, plan, resolve_options
 from bench.errors import BenchError
-from bench.registry import datasets
-from bench.seeding import make_generator
+from bench.randomness.seeding import make_generator
 from tasks.reid_metrics import evaluate_rank
 
 SMALL = {"n_ids": 16, "per_id": 8}

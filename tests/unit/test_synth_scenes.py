@@ -8,9 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import bench.datasets.synth_scenes as scenes
-from bench.datasets.synth_faces import ATTR_NAMES
-from bench.datasets.synth_scenes import (
+import bench.data.synthetic.synth_scenes as scenes
+from bench.core.registry import datasets
+from bench.data.synthetic.synth_faces import ATTR_NAMES
+from bench.data.synthetic.synth_scenes import (
     GENERATOR_VERSION,
     SPLITS,
     SynthScenes,
@@ -19,7 +20,6 @@ from bench.datasets.synth_scenes import (
     resolve_options,
 )
 from bench.errors import BenchError
-from bench.registry import datasets
 
 SMALL = {"classes": 100, "images_per_class": 2, "val_per_class": 1, "test_per_class": 1}
 PER_CLASS = {"train": 2, "val": 1, "test": 1}

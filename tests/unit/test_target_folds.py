@@ -6,8 +6,8 @@ import torch
 
 from attacks._reid_pipeline import FaceReidConfig
 from attacks._targets import find_folds, folding, pooled_targets
-from bench.datasets.base import ImageSet, Splits
-from bench.interfaces import RunContext
+from bench.core.interfaces import RunContext
+from bench.data.base import ImageSet, Splits
 
 
 def people(split_ids: dict[str, range], per_id: int = 6, few: int = 0) -> Splits:

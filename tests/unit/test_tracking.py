@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from bench.core.interfaces import Result
 from bench.errors import BenchError
-from bench.interfaces import Result
-from bench.tracking import Tracker, flatten
+from bench.storage.tracking import Tracker, flatten
 
 
 def _result(key: str = "k1") -> Result:
@@ -59,7 +59,7 @@ def _result_file(tracker: Tracker, run_id: str):
 
 
 def test_a_result_changed_after_its_run_ended_is_refused(results_dir):
-    from bench.tracking.verify import RESULT_DIGEST, UnverifiedResult
+    from bench.storage.tracking.verify import RESULT_DIGEST, UnverifiedResult
 
     tracker = Tracker(results_dir)
     run_id = tracker.log_cell(_result("k3"), {}, {})

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from bench.interfaces import Result
-from bench.tracking import run_name, run_params
-from bench.tracking.metrics import attack_primary, result_metrics
-from bench.tracking.tables import attack_rows, group_rows
+from bench.core.interfaces import Result
+from bench.storage.tracking import run_name, run_params
+from bench.storage.tracking.metrics import attack_primary, result_metrics
+from bench.storage.tracking.tables import attack_rows, group_rows
 
 GROUPS = {
     "utility": {"metric": "acc", "gaps": {"gender": {"gap": 0.1}}, "note": "",

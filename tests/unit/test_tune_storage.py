@@ -13,7 +13,7 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchError
-from bench.tune_storage import check_storage, open_storage
+from bench.scale.tune_storage import check_storage, open_storage
 
 TUNE = ["tune", "--mechanism", "dp_pix", "--task", "fewshot_synth_faces", "--profile", "smoke", "--trials", "1"]
 

@@ -10,8 +10,7 @@ import subprocess
 
 import pytest
 
-from bench.cli import main
-from bench.cli import ui_cmd
+from bench.cli import main, ui_cmd
 
 
 class FakeServer:
@@ -38,7 +37,7 @@ class FakeServer:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    from bench.tracking import Tracker
+    from bench.storage.tracking import Tracker
 
     path = tmp_path_factory.mktemp("ui") / "results"
     Tracker(path)

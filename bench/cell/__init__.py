@@ -1,0 +1,1 @@
+"""One cell, end to end: plan, data, release, task, attacks, result, tracking."""

@@ -1,0 +1,57 @@
+"""Checks that a cell's data labels the attributes its adversaries infer, before any work.
+
+A dataset's :meth:`~bench.data.base.Dataset.inspect` may say which attributes its
+images are labelled with (``SplitShape.attributes``; Market-1501 without its attribute
+file labels none); an attribute adversary of such data would otherwise fail after the
+task's models have trained, with its MLflow run left failed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.core.interfaces import Task
+from bench.errors import BenchError
+
+
+def inferred_attributes(task_cls: type, name: str, attack: Any) -> tuple[str, ...]:
+    """Returns the attributes an adversary infers in a benchmark's cells (empty: none).
+
+    ``attribute_inference`` infers its configured attributes, else the benchmark's;
+    ``denoise`` the benchmark's where its targets (configured, else the benchmark's) include them.
+    """
+    declared = getattr(task_cls, "benchmark", None)
+    config = getattr(attack, "config", None)
+    if declared is None or config is None:
+        return ()
+    if name == "attribute_inference":
+        return tuple(getattr(config, "attributes", None) or declared.attributes)
+    if name == "denoise" and "attributes" in (getattr(config, "targets", None) or declared.denoise_targets()):
+        return tuple(declared.attributes)
+    return ()
+
+
+def check_attributes(task: Task, attacks: dict[str, Any], shape: Any) -> None:
+    """Checks that the data labels the attributes its adversaries infer, where its shape says which it labels.
+
+    Raises:
+        BenchError: An adversary infers an attribute the data does not label; the message
+            names the ``--attacks`` that leaves the attribute adversaries out.
+    """
+    if not shape:
+        return
+    labelled = [set(s.attributes) for s in shape.values() if getattr(s, "attributes", None) is not None]
+    if not labelled:
+        return
+    have = set.intersection(*labelled)
+    needing = {name: [a for a in inferred_attributes(type(task), name, attack) if a not in have]
+               for name, attack in attacks.items()}
+    needing = {name: missing for name, missing in needing.items() if missing}
+    if not needing:
+        return
+    name, missing = next(iter(needing.items()))
+    others = ",".join(n for n in attacks if n not in needing) or "none"
+    raise BenchError(f"attack {name!r} infers {', '.join(missing)}, which the {task.dataset} data does not label "
+                     f"(it labels {', '.join(sorted(have)) or 'no attribute'}): add the attribute annotations its "
+                     f"layout names (bench list datasets), or leave the attribute adversaries out with "
+                     f"--attacks {others}")

@@ -1,0 +1,1 @@
+"""Embedded synthetic datasets: procedural renderers of faces, persons, objects and scenes."""

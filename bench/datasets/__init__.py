@@ -1,5 +1,0 @@
-"""Datasets: real-format loaders and deterministic synthetic generators."""
-
-from bench.datasets.base import Dataset, ImageSet, Splits, load_dataset
-
-__all__ = ["Dataset", "ImageSet", "Splits", "load_dataset"]

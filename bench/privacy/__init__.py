@@ -1,0 +1,1 @@
+"""Privacy mathematics: DP-SGD training and accounting, membership-inference scores, audit statistics."""

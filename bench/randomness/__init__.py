@@ -1,0 +1,1 @@
+"""Randomness: counter-based random numbers, derived seeds and per-image streams."""

@@ -1,0 +1,1 @@
+"""Images through a mechanism: guarded calls, secure streams, cached releases of datasets, face crops, folder releases."""

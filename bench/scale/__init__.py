@@ -1,0 +1,1 @@
+"""Many cells: grids, suites, executors, a Ray cluster, and multi-objective tuning."""

@@ -1,0 +1,1 @@
+"""Storage: verified on-disk caches, file locks, output folders and MLflow tracking."""

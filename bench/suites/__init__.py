@@ -1,1 +1,0 @@
-"""Grid suites (YAML): benchmarks x mechanisms x parameter lists x seeds x profile; see bench.grid."""
