@@ -4,7 +4,7 @@ A digest (:mod:`leaderboard.verification`) tells an entry edited after submissio
 computing a cell again tells one whose numbers were never computed. Each sampled cell is
 planned from what the entry records (task, mechanism and its resolved parameters, seed,
 profile, split, precision, the suite's adversaries and the cell's ``--set`` sections) by
-the normal path (:func:`bench.cell.runner.plan`, then :func:`bench.cell.execute.execute`, forced),
+the normal path (:func:`bench.cell.plan.plan`, then :func:`bench.cell.run.execute`, forced),
 into a results directory of its own, and its numbers (:func:`bench.storage.tracking.metrics.result_metrics`,
 less run times) are compared with the entry's.
 
@@ -94,7 +94,7 @@ def plan_cell(entry: Mapping[str, Any], cell: Mapping[str, Any], results_dir: Pa
     Raises:
         BenchError: The cell cannot be planned here (unknown names, invalid settings, missing data).
     """
-    from bench.cell.runner import RunConfig, plan
+    from bench.cell.plan import RunConfig, plan
     from bench.system import precision
 
     suite = entry.get("suite") or {}
@@ -176,7 +176,7 @@ def reproduce(entry: Mapping[str, Any], cells: Sequence[Mapping[str, Any]], resu
     Returns:
         One check per cell, in order.
     """
-    from bench.cell.execute import execute, one_line
+    from bench.cell.run import execute, one_line
     from bench.scale.grid import cell_label
     from bench.storage.tracking import Tracker
 

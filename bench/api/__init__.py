@@ -24,7 +24,7 @@ before any work. Importing ``bench`` starts nothing: no thread, no environment c
 """
 
 from bench.api.mechanism import MechanismHandle, list_mechanisms, load_mechanism
-from bench.api.runs import RunResult, group_results, leaderboard, results, run, runs
+from bench.api.cells import RunResult, group_results, leaderboard, results, run, runs
 from bench.api.sweeps import TuneResult, grid, tune
 
 __all__ = ["MechanismHandle", "RunResult", "TuneResult", "grid", "group_results", "leaderboard", "list_mechanisms",

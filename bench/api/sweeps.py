@@ -152,8 +152,15 @@ def tune(
         study: Study name (default: derived from task, mechanism, profile, seed).
         population: NSGA-II population (default trials/4 within [4, 50]).
         sampler_seed: Seed of the sampler.
-        settings, attacks, device, precision, data_root, results_dir, cache_dir, tracking_uri,
-        mechanism_files: As :func:`grid`.
+        settings: As in :func:`grid`.
+        attacks: As in :func:`grid`.
+        device: As in :func:`grid`.
+        precision: As in :func:`grid`.
+        data_root: As in :func:`grid`.
+        results_dir: As in :func:`grid`.
+        cache_dir: As in :func:`grid`.
+        tracking_uri: As in :func:`grid`.
+        mechanism_files: As in :func:`grid`.
 
     Raises:
         BenchError: Any option ``bench tune`` refuses, before any trial runs.
@@ -210,7 +217,7 @@ def _common(settings: Mapping[str, Any] | None, attacks: Sequence[str] | None, d
 
 def _cells(source: PathLike, keys: Sequence[str]) -> "pd.DataFrame":
     """Returns the :func:`bench.results` rows of these cells (none when the store has no result yet)."""
-    from bench.api.runs import results
+    from bench.api.cells import results
     from bench.storage.tracking.health import NoResults
 
     try:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from bench.core.registry import tasks
 
 if TYPE_CHECKING:
-    from bench.cell.runner import RunConfig
+    from bench.cell.plan import RunConfig
     from bench.core.result import Result
 
 

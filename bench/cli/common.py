@@ -19,7 +19,7 @@ from bench.errors import BenchError
 from bench.system.progress import interactive  # noqa: F401  (the commands' import path)
 
 if TYPE_CHECKING:
-    from bench.cell.runner import RunConfig
+    from bench.cell.plan import RunConfig
 
 
 def add_cell_options(parser: argparse.ArgumentParser, many: bool = False) -> None:
@@ -87,7 +87,7 @@ def run_config(args: argparse.Namespace, absolute: bool = False, **extra: Any) -
         BenchError: A malformed --param, --set or --attacks, or a location that
             :func:`check_locations` refuses.
     """
-    from bench.cell.runner import RunConfig
+    from bench.cell.plan import RunConfig
 
     check_locations(args)
     results, cache, uri = args.results_dir, cache_dir(args), args.tracking_uri
@@ -166,7 +166,7 @@ def check_locations(args: argparse.Namespace, writing: bool = True) -> None:
 
 def cache_dir(args: argparse.Namespace) -> Path:
     """Returns the cache directory from --cache-dir, $BENCH_CACHE or the results dir."""
-    if getattr(args, "cache_dir", None) is not None:  # bench.api.runs builds namespaces without it
+    if getattr(args, "cache_dir", None) is not None:  # bench.api.cells builds namespaces without it
         return args.cache_dir
     if os.environ.get("BENCH_CACHE"):
         return Path(os.environ["BENCH_CACHE"])

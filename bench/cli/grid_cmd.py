@@ -149,7 +149,7 @@ def run_grid(cells, where, executor, quiet: bool = False):
         executor: ExecutorConfig.
         quiet: No progress output.
     """
-    from bench.cell.execute import sweep_orphans
+    from bench.cell.once import sweep_orphans
     from bench.scale.executors import open_tracker, run_cells, worker_count
     from bench.scale.grid import CellOutcome, GridProgress, GridSummary, pending
     from bench.system.progress import Display

@@ -193,7 +193,7 @@ def show_mechanism(
         BenchError: Unknown mechanism or dataset, invalid parameters, sweeps, seed, device or
             output file (all checked before any image is loaded).
     """
-    from bench.cell.runner import check_seed
+    from bench.cell.plan import check_seed
     from bench.cell.sheets import check_sheet_path, sample_sheet
     from bench.core.interfaces import RunContext
     from bench.core.registry import datasets, mechanisms

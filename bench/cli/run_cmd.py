@@ -28,9 +28,9 @@ def run(args: argparse.Namespace) -> int:
     """Validates the cell, opens the tracking store, computes (or finds) the cell and prints its table."""
     import sys
 
-    from bench.cell.execute import execute
+    from bench.cell.plan import plan
     from bench.cell.report import format_result
-    from bench.cell.runner import plan
+    from bench.cell.run import execute
     from bench.scale.grid import cell_label
     from bench.storage.tracking import Tracker
     from bench.system.progress import Display

@@ -349,7 +349,7 @@ def warn_about(dataset: str, info: dict[str, Any]) -> None:
     """Prints one warning line for images byte-identical across splits.
 
     Images upscaled to the stored size are warned about by the runner, for every dataset
-    (:func:`bench.cell.runner.image_chain`).
+    (:func:`bench.cell.data.image_chain`).
     """
     from bench.storage.cache import warn
 

@@ -16,7 +16,7 @@ copies:
 - fit data: a copy of the set (tensors cloned; a split kept on disk is read afresh anyway).
 
 A plugin's cells are also preceded by the cheap conformance checks (:func:`bench.testing.preflight.preflight`,
-called by :func:`bench.cell.runner.plan`), once per process per mechanism, parameters and
+called by :func:`bench.cell.plan.plan`), once per process per mechanism, parameters and
 device, so that a mechanism that writes into its input, returns the wrong shape or dtype,
 or is not deterministic is refused in one line before anything is written.
 

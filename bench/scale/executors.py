@@ -1,7 +1,7 @@
 """Executors: run a grid's cells here, in worker processes, or on a Ray cluster.
 
 Every worker runs a cell the same way (:func:`execute_cell`, through
-:func:`bench.cell.execute.execute`, the path ``bench run`` takes too): under a per-cell file lock
+:func:`bench.cell.run.execute`, the path ``bench run`` takes too): under a per-cell file lock
 it checks that no FINISHED run of the cell exists, creates its run RUNNING, computes it and
 logs it. A cell that raises is logged as a FAILED run carrying its error and traceback, and
 the executor moves on.
@@ -122,7 +122,7 @@ def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[s
                  progress: Callable[..., Any] | None = None) -> CellOutcome:
     """Computes and logs one cell unless a FINISHED run of it exists; never raises for a failing cell.
 
-    The cell takes the one path of :func:`bench.cell.execute.execute` (cell lock, orphan check,
+    The cell takes the one path of :func:`bench.cell.run.execute` (cell lock, orphan check,
     skip if finished, run RUNNING, compute, log, FINISHED).
 
     Args:
@@ -135,8 +135,8 @@ def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[s
         ``skipped`` with the existing run, ``done`` with the new run, or ``failed`` with
         the error (also logged as a FAILED MLflow run).
     """
-    from bench.cell.execute import execute, one_line
-    from bench.cell.runner import plan
+    from bench.cell.plan import plan
+    from bench.cell.run import execute, one_line
     from bench.core.registry import load_file
 
     started = time.perf_counter()
@@ -330,7 +330,7 @@ def _run_processes(cells: list[Cell], config: ExecutorConfig, on_done: Callable[
 
 
 def _sweep_orphans(cell: Cell) -> int:
-    from bench.cell.execute import sweep_orphans
+    from bench.cell.once import sweep_orphans
 
     return sweep_orphans(open_tracker(cell.config.results_dir, cell.config.tracking_uri))
 

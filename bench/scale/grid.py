@@ -37,7 +37,7 @@ __all__ = [
 """Suites were defined here before :mod:`bench.scale.suite`; their names stay importable from this module."""
 
 if TYPE_CHECKING:
-    from bench.cell.runner import RunConfig
+    from bench.cell.plan import RunConfig
     from bench.storage.tracking import Tracker
 
 
@@ -90,7 +90,7 @@ def expand(suite: Suite, placement: Placement) -> list[Cell]:
         BenchError: An unknown benchmark, mechanism, attack or setting, or an invalid
             parameter value; the message names the suite entry.
     """
-    from bench.cell.runner import RunConfig, plan
+    from bench.cell.plan import RunConfig, plan
 
     cells: dict[str, Cell] = {}
     for seed in suite.seeds:
@@ -134,7 +134,7 @@ def pending(cells: Sequence[Cell], tracker: "Tracker") -> tuple[list[Cell], dict
     """Returns the cells to hand to workers, and cell key -> FINISHED run ids of the cells that have any.
 
     A finished cell on real data is handed over too: its worker checks the data against the
-    result (:func:`bench.cell.execute.data_changed`) and reports it skipped when it is unchanged.
+    result (:func:`bench.cell.once.data_changed`) and reports it skipped when it is unchanged.
     """
     done = finished_runs(tracker, (c.key for c in cells))
     return [c for c in cells if c.key not in done or on_real_data(c)], done

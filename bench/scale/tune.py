@@ -51,7 +51,7 @@ from bench.system import precision
 if TYPE_CHECKING:
     import optuna
 
-    from bench.cell.runner import RunConfig
+    from bench.cell.plan import RunConfig
     from bench.core.params import ParamSpace
 
 OBJECTIVES = ("utility", "privacy")
@@ -190,8 +190,8 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
     """
     import optuna
 
-    from bench.cell.execute import sweep_orphans
-    from bench.cell.runner import plan
+    from bench.cell.once import sweep_orphans
+    from bench.cell.plan import plan
     from bench.core.registry import load_file
     from bench.scale.executors import execute_cell, open_tracker
 
@@ -350,7 +350,7 @@ def run_selected_on_test(config: TuneConfig, study: "optuna.Study",
     Returns:
         The selected configurations, highest validation utility first.
     """
-    from bench.cell.runner import plan
+    from bench.cell.plan import plan
     from bench.scale.executors import execute_cell, open_tracker
 
     tracker = open_tracker(config.base.results_dir, config.base.tracking_uri)

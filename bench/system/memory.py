@@ -3,7 +3,7 @@
 Both settings change where memory lies, never a value. Importing bench sets neither:
 :func:`tune_allocator` runs when the ``bench`` command starts (before torch is imported, so
 huge pages apply; spawned grid workers inherit the variable) and when a cell runs
-(:func:`bench.cell.execute.execute`: glibc's settings and the watcher, in any process). A script
+(:func:`bench.cell.run.execute`: glibc's settings and the watcher, in any process). A script
 or notebook opts in to huge pages too by calling ``bench.tune_allocator()`` before it
 imports torch.
 

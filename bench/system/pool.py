@@ -13,7 +13,7 @@ started them: nothing would read their results, and each holds a model and its d
 
 A worker killed in the middle of a cell leaves its MLflow run RUNNING with its pid; when
 its parent was killed too, the next run of the cell, or the next grid
-(:func:`bench.cell.execute.sweep_orphans`), marks it FAILED as the run of a dead process. The
+(:func:`bench.cell.once.sweep_orphans`), marks it FAILED as the run of a dead process. The
 multiprocessing resource tracker reads a pipe whose write ends the parent and its workers
 hold: it exits once they are all gone.
 """
@@ -132,7 +132,7 @@ def tear_down(pool: Any, cause: BaseException, sweep: Callable[[], int]) -> None
         pool: The ``ProcessPoolExecutor``.
         cause: Why the parent ends (a signal, Ctrl-C, an error).
         sweep: Marks runs whose process is gone FAILED and returns how many
-            (:func:`bench.cell.execute.sweep_orphans`).
+            (:func:`bench.cell.once.sweep_orphans`).
     """
     killed = kill_workers(pool)
     if not killed:

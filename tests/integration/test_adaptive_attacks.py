@@ -10,7 +10,7 @@ import torch
 from fixtures.reid_fixtures import write_fairface
 from fixtures.smoke_cells import EMBEDDER_EPOCHS
 
-from bench.cell.runner import RunConfig, plan
+from bench.cell.plan import RunConfig, plan
 from bench.cli import main
 from bench.core import scores
 from bench.core.interfaces import AttackOutcome, RunContext

@@ -446,7 +446,7 @@ def main(args: list[str]) -> int:
 
     import mlflow  # noqa: F401
 
-    import bench.cell.runner  # noqa: F401  (torch, the registries: imported once, before the forks)
+    import bench.cell.run  # noqa: F401  (torch, the registries: imported once, before the forks)
     import bench.cli
     import bench.storage.tracking  # noqa: F401
 

@@ -169,7 +169,7 @@ def test_training_settings_are_checked_before_any_work(tmp_path, setting, words)
 def test_tune_searches_the_training_method_unless_it_is_fixed():
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-    from bench.cell.runner import RunConfig
+    from bench.cell.plan import RunConfig
     from bench.scale.tune import full_space, mechanism_part, task_part, trial_config
 
     base = RunConfig(task=TASK, mechanism="dp_pix", params={"block": 4}, profile="smoke")

@@ -371,8 +371,9 @@ def test_the_sample_sheet_clean_row_is_not_the_mechanisms_to_change(tmp_path):
 
 BARRIER = """
 import os, sys, time
-import bench.cell.runner as runner
-planned = runner.plan
+import bench.cell.plan as cell_plan
+import bench.cell.run as cell_run
+planned = cell_plan.plan
 def plan_then_wait(config):
     out = planned(config)
     folder = {folder!r}
@@ -381,13 +382,13 @@ def plan_then_wait(config):
     while len(os.listdir(folder)) < {count} and time.monotonic() < deadline:
         time.sleep(0.1)
     return out
-runner.plan = plan_then_wait
-computing = runner.run_cell
+cell_plan.plan = plan_then_wait
+computing = cell_run.run_cell
 def slow_cell(*args, **kwargs):
     print("[test] computing", file=sys.stderr, flush=True)
     time.sleep(3)  # every other process has reached the cell's lock by now
     return computing(*args, **kwargs)
-runner.run_cell = slow_cell
+cell_run.run_cell = slow_cell
 """
 
 
@@ -414,7 +415,7 @@ def test_four_runs_of_one_cell_with_four_cache_folders_log_one_finished_run(tmp_
 
 
 def test_the_lock_of_a_store_is_the_same_whatever_path_or_uri_names_it(tmp_path):
-    from bench.cell.execute import cell_locks
+    from bench.cell.once import cell_locks
     from bench.storage.locks import store_lock_folder
 
     (tmp_path / "r").mkdir()
@@ -433,7 +434,7 @@ def test_the_lock_of_a_store_is_the_same_whatever_path_or_uri_names_it(tmp_path)
 
 
 def test_a_run_of_an_older_version_holding_a_lock_in_its_cache_is_an_orphan_once_that_lock_is_free(tmp_path):
-    from bench.cell.execute import _orphaned
+    from bench.cell.once import _orphaned
 
     tracker = Tracker(tmp_path / "results")
     old_lock = tmp_path / "cache" / "locks" / "k.lock"

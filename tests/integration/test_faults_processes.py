@@ -3,7 +3,7 @@
 - ``bench grid --executor processes`` killed with ``kill -9``: its workers and the
   multiprocessing resource tracker are gone 10 s later (the workers ask the kernel to kill
   them with their parent, :mod:`bench.system.pool`), and the runs they leave RUNNING are the orphan
-  handling's (:func:`bench.cell.execute.sweep_orphans`); killed with SIGTERM, it kills its
+  handling's (:func:`bench.cell.once.sweep_orphans`); killed with SIGTERM, it kills its
   workers and marks their runs FAILED itself.
 - ``bench tune`` killed in the middle of a trial: the resumed study marks the trial's run
   FAILED and evaluates no configuration it has already evaluated.
@@ -118,7 +118,7 @@ def grid_in_the_middle(tmp_path: Path, cache: Path):
 
 @pytest.mark.skipif(not LINUX, reason="reads /proc")
 def test_kill_9_of_a_grid_parent_leaves_no_process_alive_10_s_later(tmp_path, shared_cache):
-    from bench.cell.execute import sweep_orphans
+    from bench.cell.once import sweep_orphans
     from bench.storage.tracking import Tracker
 
     with grid_in_the_middle(tmp_path, shared_cache) as (proc, family):
@@ -284,7 +284,7 @@ def stand_in_cells(monkeypatch):
 
 
 def _study_config(tmp_path: Path, mechanism: str, trials: int, plugins=()):
-    from bench.cell.runner import RunConfig
+    from bench.cell.plan import RunConfig
     from bench.scale.tune import TuneConfig
 
     base = RunConfig(task=TASK, mechanism=mechanism, profile="smoke", device="cpu", results_dir=tmp_path / "results",

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.cell import runner
-from bench.cell.runner import RunConfig, plan, run_cell
+from bench.cell import release as cell_release
+from bench.cell.plan import RunConfig, plan
+from bench.cell.run import run_cell
 
 TASK_MODELS = {"fewshot_synth_faces": ("fewshot.",), "reid_synth_persons": ("reid.",),
                "classify_synth_scenes_obf_obf": ("classify.",),
@@ -35,8 +36,8 @@ def test_a_bf16_cell_trains_its_task_in_mixed_precision_and_nothing_else(task, t
         return (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
                 torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory)
 
-    seen, release, callers = [], runner.make_release, settings()
-    monkeypatch.setattr(runner, "make_release",
+    seen, release, callers = [], cell_release.make_release, settings()
+    monkeypatch.setattr(cell_release, "make_release",
                         lambda *args, **kwargs: seen.append(settings()) or release(*args, **kwargs))
     key, full = _cell(task, shared_cache, tmp_path, "fp32")
     mixed_key, mixed = _cell(task, shared_cache, tmp_path, "bf16")

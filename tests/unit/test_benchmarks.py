@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from bench.cell.runner import RunConfig, plan
+from bench.cell.plan import RunConfig, plan
 from bench.cli import main
 from bench.core import registry
 from bench.core.benchmarks import Benchmark, declare_benchmark, declared_attributes, declared_targets

@@ -143,10 +143,10 @@ def test_only_a_dp_sgd_training_claim_is_charged():
 
 def test_tune_tags_each_selected_dp_sgd_run_and_prints_the_note(monkeypatch, tmp_path):
     """``run_selected_on_test`` tags reused and computed DP-SGD test runs alike; a cell without DP-SGD is left alone."""
-    import bench.cell.runner
+    import bench.cell.plan
     import bench.scale.executors
     import bench.scale.tune as tune
-    from bench.cell.runner import RunConfig
+    from bench.cell.plan import RunConfig
     from bench.cli.tune_cmd import format_selected
     from bench.scale.grid import CellOutcome
     from bench.scale.tune_cost import TUNING_COST_TAG
@@ -164,7 +164,7 @@ def test_tune_tags_each_selected_dp_sgd_run_and_prints_the_note(monkeypatch, tmp
     monkeypatch.setattr(bench.scale.executors, "open_tracker", lambda *a: tracker)
     monkeypatch.setattr(bench.scale.executors, "execute_cell",
                         lambda cell, files: outcomes[str(cell.config.overrides["task"]["training.epsilon"])])
-    monkeypatch.setattr(bench.cell.runner, "plan", lambda cfg: type("P", (), {"key": "k", "mechanism": type(
+    monkeypatch.setattr(bench.cell.plan, "plan", lambda cfg: type("P", (), {"key": "k", "mechanism": type(
         "M", (), {"config": {}})()})())
     monkeypatch.setattr(tune, "counted_trials", lambda study: 12)
     monkeypatch.setattr(tune, "pareto_rows", lambda study: [

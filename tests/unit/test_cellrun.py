@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from bench.cell.execute import sweep_orphans
+from bench.cell.once import sweep_orphans
 from bench.storage.tracking import Tracker
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.cell.runner import RunConfig, plan
+from bench.cell.plan import RunConfig, plan
 from bench.core import registry
 from bench.core.config import build_config, setting
 from bench.errors import BenchError

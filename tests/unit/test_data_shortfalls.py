@@ -18,7 +18,7 @@ from bench.errors import BenchError
 
 
 def plan_cell(tmp_path: Path, task: str, overrides: dict, profile: str = "smoke"):
-    from bench.cell.runner import RunConfig, plan
+    from bench.cell.plan import RunConfig, plan
 
     return plan(RunConfig(task, "pixelate", profile=profile, results_dir=tmp_path / "results", overrides=overrides,
                           attacks=()))

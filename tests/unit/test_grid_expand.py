@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.cell.runner import RunConfig, plan
+from bench.cell.plan import RunConfig, plan
 from bench.cli import main
 from bench.errors import BenchError
 from bench.scale.grid import (

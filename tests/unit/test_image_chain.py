@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.cell.runner import image_chain
+from bench.cell.data import image_chain
 from bench.core.registry import tasks
 from bench.data.base import ImageSet, Splits, size_report
 from tests.fixtures.celeba_fixture import write_celeba

@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from bench.cell.runner import skipped_face_attacks
+from bench.cell.attacks import skipped_face_attacks
 from bench.core import registry
 from bench.core.interfaces import Release
 from bench.data import imageread

@@ -154,7 +154,7 @@ def test_networks_that_want_rgb_take_grey_inputs():
 
 
 def test_the_chain_records_the_shape_the_mechanism_ran_at_and_the_warning_says_how_to_avoid_upscaling(tmp_path):
-    from bench.cell.runner import image_chain
+    from bench.cell.data import image_chain
     from bench.data.stored_size import upscaling_warning
 
     class Task:

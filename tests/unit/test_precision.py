@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from bench.cell.runner import RunConfig, plan
+from bench.cell.plan import RunConfig, plan
 from bench.cli import main
 from bench.core.interfaces import RunContext
 from bench.core.keys import content_key

@@ -268,7 +268,7 @@ def test_a_suite_declares_one_entry_per_mechanism_by_cell_key():
     pixelate = declarations["mini/pixelate"]
     assert len(pixelate.cells) == 12 and pixelate.seeds == (0, 1, 2) and pixelate.profile == "smoke"  # fp32 and bf16
     assert pixelate.problem() is None
-    from bench.cell.runner import RunConfig, plan
+    from bench.cell.plan import RunConfig, plan
 
     planned = plan(RunConfig(task=TASK, mechanism="pixelate", params={"block": "8"}, seed=2, profile="smoke"))
     assert pixelate.cells[planned.key] == DeclaredCell(TASK, canonical_params({"block": 8}), 2)
@@ -281,7 +281,7 @@ def test_a_suite_declares_one_entry_per_mechanism_by_cell_key():
 
 
 def test_a_suite_s_bf16_cells_are_declared_only_for_benchmarks_that_compute_at_bf16():
-    from bench.cell.runner import RunConfig, plan
+    from bench.cell.plan import RunConfig, plan
     from bench.scale.grid import MechanismSpec, Suite
 
     other = "dp_vit_synth_objects"

@@ -8,7 +8,7 @@ import pytest
 from scipy.stats import binomtest
 
 from bench.cell.report import format_result
-from bench.cell.runner import attack_flags
+from bench.cell.result import attack_flags
 from bench.core.interfaces import AttackOutcome, Result, privacy_score
 from bench.core.scores import TOO_WEAK, binomial_sf, clean_advantage_pvalue, worst
 

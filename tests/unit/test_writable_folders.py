@@ -43,7 +43,7 @@ def test_a_read_only_folder_or_parent_is_refused_and_a_creatable_one_is_not_crea
 
 
 def test_the_plan_checks_both_folders(tmp_path, monkeypatch):
-    from bench.cell.runner import RunConfig, plan
+    from bench.cell.plan import RunConfig, plan
 
     monkeypatch.setattr(os, "access", read_only(tmp_path))
     config = RunConfig(task="fewshot_synth_faces", mechanism="pixelate", params={"block": 4}, profile="smoke",

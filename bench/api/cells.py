@@ -78,8 +78,8 @@ def run(
         BenchError: An unknown name, an invalid parameter or setting, missing data or an
             unusable tracking store, before anything is computed or written.
     """
-    from bench.cell.execute import execute
-    from bench.cell.runner import RunConfig, plan
+    from bench.cell.plan import RunConfig, plan
+    from bench.cell.run import execute
     from bench.storage.tracking import Tracker
 
     root = Path(data_root) if data_root is not None else (Path(os.environ["BENCH_DATA"]) if os.environ.get("BENCH_DATA") else None)
