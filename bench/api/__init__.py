@@ -23,8 +23,8 @@ with its ``run_id``; errors a user can cause raise :class:`~bench.errors.BenchEr
 before any work. Importing ``bench`` starts nothing: no thread, no environment change.
 """
 
-from bench.api.mechanism import MechanismHandle, list_mechanisms, load_mechanism
 from bench.api.cells import RunResult, group_results, leaderboard, results, run, runs
+from bench.api.mechanism import MechanismHandle, list_mechanisms, load_mechanism
 from bench.api.sweeps import TuneResult, grid, tune
 
 __all__ = ["MechanismHandle", "RunResult", "TuneResult", "grid", "group_results", "leaderboard", "list_mechanisms",

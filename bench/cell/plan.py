@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from bench.cell.attribute_checks import check_attributes
+from bench.cell.preflight import preflight
 from bench.cell.protocol import protocol_key
 from bench.core.config import PROFILES, did_you_mean
 from bench.core.interfaces import Mechanism, RunContext, Task
@@ -26,7 +27,6 @@ from bench.release.dataset import BOX_SOURCES
 from bench.storage.folders import check_writable_folder
 from bench.system import bounds, precision
 from bench.system.devices import resolve_device
-from bench.testing.preflight import preflight
 
 SEED_LIMIT = 2**63
 """Seeds are non-negative 63-bit integers (they feed int64 arithmetic in the streams)."""

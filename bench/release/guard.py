@@ -15,7 +15,7 @@ copies:
 - boxes and the streams' seeds: copies (a few bytes per image);
 - fit data: a copy of the set (tensors cloned; a split kept on disk is read afresh anyway).
 
-A plugin's cells are also preceded by the cheap conformance checks (:func:`bench.testing.preflight.preflight`,
+A plugin's cells are also preceded by the cheap conformance checks (:func:`bench.cell.preflight.preflight`,
 called by :func:`bench.cell.plan.plan`), once per process per mechanism, parameters and
 device, so that a mechanism that writes into its input, returns the wrong shape or dtype,
 or is not deterministic is refused in one line before anything is written.

@@ -326,7 +326,7 @@ PREFLIGHT: dict[str, Callable[..., None]] = {
     "initialised_output": check_initialised_output,
     "batch_independence": check_batch_independence,
 }
-"""The cheap checks run before every cell of a plugin mechanism (:func:`bench.testing.preflight.preflight`):
+"""The cheap checks run before every cell of a plugin mechanism (:func:`bench.cell.preflight.preflight`):
 about what the mechanism does to a uint8 batch of its own kind, not what it refuses, nor its noise or audit."""
 
 

@@ -311,10 +311,10 @@ class Bad(Mechanism):
 
 def test_the_checks_run_once_per_process_per_mechanism_and_parameters_and_never_for_built_ins(monkeypatch):
     import bench.testing.mechanisms as suite
+    from bench.cell.preflight import preflight
     from bench.core.interfaces import Mechanism, Param, ParamSpace
     from bench.core.registry import mechanisms
     from bench.release import guard as mechanism_guard
-    from bench.testing.preflight import preflight
 
     calls = []
     real = suite.run_preflight
@@ -336,9 +336,9 @@ def test_the_checks_run_once_per_process_per_mechanism_and_parameters_and_never_
 
 
 def test_a_plugin_that_raises_on_the_small_batch_is_left_to_its_cell(capsys):
+    from bench.cell.preflight import preflight
     from bench.core.interfaces import Mechanism, ParamSpace
     from bench.core.registry import mechanisms
-    from bench.testing.preflight import preflight
 
     with scoped():
         @mechanisms.register("raises_test")

@@ -11,7 +11,6 @@ import torch
 from bench.core.interfaces import Mechanism
 from bench.errors import BenchError
 from bench.release.guard import is_builtin
-from bench.testing import mechanisms as suite
 
 _checked: set[tuple[type, str, str]] = set()
 _checked_lock = threading.Lock()
@@ -35,6 +34,8 @@ def preflight(name: str, mechanism: Mechanism, device: torch.device | str) -> No
     with _checked_lock:
         if key in _checked:
             return
+    from bench.testing import mechanisms as suite  # only for plugins: the suites import scipy.stats
+
     failures, crashed = suite.run_preflight(name, mechanism.config, device)
     where = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
     if failures:
