@@ -35,7 +35,7 @@ def _missing() -> list[str]:
 pytestmark = pytest.mark.skipif(
     bool(_missing()),
     reason=f"the docs toolchain is not installed ({', '.join(_missing())}): "
-           "pip install mkdocs==1.6.1 mkdocs-material==9.8.2 mkdocstrings-python==2.0.11",
+           "pip install -c constraints.txt -e '.[docs]' (the test extra has it)",
 )
 
 
