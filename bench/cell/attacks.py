@@ -33,7 +33,6 @@ def run(planned: Plan, clean: Splits, released: Release, ctx: RunContext, clock:
     return outcomes, skipped
 
 
-
 def skipped_face_attacks(clean: Splits, task_cls: type, attacks: Iterable[str]) -> dict[str, str]:
     """Returns the face-crop adversaries a cell skips -> why (empty: every adversary runs).
 

@@ -25,7 +25,6 @@ def load(planned: Plan, log: Callable[[str], None]) -> tuple[Splits, dict[str, A
     return clean, chain
 
 
-
 def cell_data(planned: Plan) -> Splits:
     """Loads (or generates, or reads from the cache) the dataset a cell is computed on."""
     cfg = planned.config

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from bench.storage.tracking import Tracker
 
 
-
 def cell_locks(tracker: "Tracker", cache_dir: Path, key: str) -> list[Path]:
     """Returns the lock files a process holds, in this order, while it computes one cell into a store.
 

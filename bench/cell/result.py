@@ -56,7 +56,6 @@ def build(planned: Plan, ctx: RunContext, clean: Splits, released: Release, chai
     )
 
 
-
 def result_groups(ctx: RunContext, outcomes: dict[str, AttackOutcome], primary: str) -> dict[str, Any]:
     """Returns the cell's per-group tables: the task's (``ctx.groups``) and each attack's (or part's)."""
     tables = {}

@@ -21,7 +21,6 @@ def log_cell(tracker: "Tracker", run_id: str, output: CellOutput, planned: Plan)
     tracker.finish_cell(run_id, output.result, configs, artifacts, output.curves)
 
 
-
 def cell_artifacts(output: CellOutput, planned: Plan, sample_split: str = "test",
                    samples: int = 8) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Returns what a cell's run carries besides its result: resolved configs and a sample sheet."""

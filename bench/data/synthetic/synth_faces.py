@@ -51,7 +51,6 @@ ATTR_NAMES = {
 }
 
 
-
 @register_dataset("synth_faces")
 class SynthFaces(Dataset):
     """Procedural faces with identity, gender, age group, skin tone and face boxes."""

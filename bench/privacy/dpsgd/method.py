@@ -142,7 +142,6 @@ def _positive(name: str, value: float) -> None:
         raise BenchError(f"task.training.{name} must be a finite number > 0, got {value!r}")
 
 
-
 @dataclass(frozen=True)
 class Schedule:
     """Epochs, expected batch size and optimiser of a training run (``task.schedule.*``).
