@@ -67,11 +67,10 @@ def audit(args: argparse.Namespace) -> int:
     from bench.audit import AuditConfig, audit_mechanism
     from bench.audit.config import MAX_IMAGE_SIZE, MAX_TRIALS, MIN_IMAGE_SIZE, MIN_TRIALS
     from bench.audit.run import AUTO_MAX_TRIALS, gate_trials
-    from bench.cli.common import interactive
     from bench.core.params import parse_assignments
     from bench.core.registry import load_file, mechanisms
     from bench.system.devices import resolve_device
-    from bench.system.progress import Display
+    from bench.system.progress import Display, interactive
 
     auto = args.trials.strip().lower() == "auto"
     config = AuditConfig(

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from bench.core.params import parse_assignments
 from bench.errors import BenchError
-from bench.system.progress import interactive  # noqa: F401  (the commands' import path)
 
 if TYPE_CHECKING:
     from bench.cell.plan import RunConfig

@@ -12,12 +12,12 @@ from bench.cli.common import (
     cache_dir,
     check_locations,
     data_root,
-    interactive,
     load_plugins,
     parse_attacks,
     parse_overrides,
 )
 from bench.errors import BenchError
+from bench.system.progress import interactive
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from bench.cli.common import add_cell_options, interactive, load_plugins, run_config
+from bench.cli.common import add_cell_options, load_plugins, run_config
+from bench.system.progress import interactive
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
