@@ -25,7 +25,7 @@ from bench.core.config import setting
 from bench.core.groups import attack_groups, demographic_groups
 from bench.core.interfaces import Attack, AttackOutcome, Release, RunContext
 from bench.core.registry import register_attack
-from bench.data.base import ImageSet, Splits
+from bench.data.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
 from bench.faces.detect import detect_boxes, face_hits
 
@@ -63,6 +63,22 @@ class FaceDetect(Attack):
     def config_dict(self) -> dict[str, Any]:
         """Returns the resolved settings."""
         return asdict(self.config)
+
+    def check_data(self, shape: DataShape | None, eval_split: str = "test") -> None:
+        """Checks that the evaluated split has images with face boxes, where the data's shape tells (before any work).
+
+        Raises:
+            BenchError: The data has no face box on the evaluated split; the message names
+                ``boxes.csv`` (a labelled folder's), ``task.data.box_column`` (a Hugging Face
+                dataset's) and ``--attacks none``.
+        """
+        split = (shape or {}).get(eval_split)
+        if split is None or split.faces is None or split.faces > 0:
+            return
+        raise BenchError(f"attack {self.name!r} counts the annotated faces MTCNN still finds, and no image of the "
+                         f"{eval_split!r} split has a face box: give a labelled folder ROOT/boxes.csv "
+                         "(file,x1,y1,x2,y2) or a Hugging Face dataset --set task.data.box_column=NAME, "
+                         "or run with --attacks none")
 
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
         """Detects faces on the chosen clean and released images and matches them to the true boxes.

@@ -13,8 +13,12 @@ mAP: the reID paper proposes the centroid model as the system a camera operator 
 on protected images, so the utility of a release is what that system still achieves.
 Two cross-evaluations separate the effect of the loss from that of the centroid gallery
 (``*_regular_on_centroids``, ``*_centroid_on_images``), and the mAP of a random ranking
-of each gallery is reported as its chance level. Models are cached by the content key of
-their training data, so the clean models train once per dataset, profile and seed.
+of each gallery is reported as its chance level. Queries without a gallery image of their
+identity from another camera are skipped, as the protocol skips them (``queries`` and
+``skipped_queries`` count them, with a warning); a cell where every query would be skipped
+is refused in the plan, from the cameras of the data's shape. Models are cached by the
+content key of their training data, so the clean models train once per dataset, profile
+and seed.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from bench.core.config import setting
 from bench.core.groups import MIN_GROUP_SIZE, demographic_groups, mean_groups
 from bench.core.interfaces import Release, RunContext, Task
 from bench.core.keys import content_key
-from bench.data.base import DataShape, ImageSet, Splits
+from bench.data.base import DataShape, ImageSet, Splits, SplitShape
 from bench.errors import BenchError
 from bench.nn.augment import augment
 from bench.nn.images import embed_images, to_input
@@ -40,15 +44,18 @@ from bench.nn.resnet import ARCHS, ReidNet, check_weights
 from bench.nn.sampling import PKSampler
 from bench.nn.threads import cpu_threads
 from bench.randomness.seeding import derive_seed, make_generator
+from bench.storage.cache import warn
 from bench.storage.modelcache import cached_model
 from bench.system import precision
 from tasks.reid_centroids import CentroidGallery, build_centroids, centroid_query_aps, evaluate_centroids
-from tasks.reid_metrics import evaluate_rank
+from tasks.reid_metrics import evaluate_rank, matched_queries
 
 MODEL_VERSION = 1
 KINDS = ("regular", "centroid")
 RANKS = (1, 5, 10)
 CHANCE_DRAWS = 10
+MIN_MATCHED_QUERIES = 1
+"""Queries with a cross-camera match a cell needs: with none, every query is skipped and nothing is ranked."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +175,8 @@ class Reid(Task):
         for split, why in empty.items():
             if split in shape and not shape[split].counts:
                 raise BenchError(f"{owner}: the {split!r} split has {why}")
+        if "query" in shape and "gallery" in shape:
+            self._check_cameras(shape["query"], shape["gallery"])
         ids = len(shape["train"].counts) if "train" in shape else 0
         if ids >= p:
             return
@@ -177,6 +186,25 @@ class Reid(Task):
         fix = f"lower task.p to {ids} or {more}" if ids >= 2 else more
         raise BenchError(f"{owner}: PK batches of p={p} identities need {p} training identities, but split 'train' "
                          f"has {ids}; {fix}")
+
+    def _check_cameras(self, query: SplitShape, gallery: SplitShape) -> None:
+        """Checks that some query has a gallery image of its identity from another camera (the protocol's match).
+
+        Raises:
+            BenchError: No query has one, so the protocol would skip every query; the message
+                names ``task.data.per_id`` where it caps the images of each identity.
+        """
+        matched = matched_queries(query, gallery)
+        if matched is None or matched >= MIN_MATCHED_QUERIES:
+            return
+        cap = self.config.data.get("per_id")
+        more = "add gallery images of the query identities taken by other cameras than their queries"
+        if isinstance(cap, int):
+            more = (f"raise task.data.per_id (now {cap}: each identity's first images in name order may all come from "
+                    f"one camera) or {more}")
+        raise BenchError(f"task {self.name!r}: none of the {query.images} queries has a gallery image of its identity "
+                         "from another camera, and the Market-1501 protocol drops same-camera matches, so every query "
+                         f"would be skipped; {more}")
 
     def evaluate(self, clean: Splits, released: Release, ctx: RunContext) -> dict[str, float]:
         """Trains (or reuses) both models on the released training split; ranks released queries."""
@@ -209,7 +237,22 @@ class Reid(Task):
             if kind == "centroid":
                 self._group_map(q_feat, query, centroids_of(g_feat), ctx)
         out.update(self._chance(query, gallery, centroids_of, ctx.seed))
+        out.update(self._query_counts(query, gallery, ctx))
         return out
+
+    def _query_counts(self, query: ImageSet, gallery: ImageSet, ctx: RunContext) -> dict[str, float]:
+        """Counts the queries the protocol skips (none of their identity's gallery images is from another camera)."""
+        def shape(split: ImageSet) -> SplitShape:
+            return SplitShape.of_labels(split.labels.tolist(), cameras=split.cams.tolist())
+
+        matched = matched_queries(shape(query), shape(gallery)) or 0
+        skipped = len(query) - matched
+        if skipped:
+            warn(f"task {self.name!r}: {skipped} of {len(query)} queries have no gallery image of their identity "
+                 "from another camera and are skipped, as the Market-1501 protocol does; the metrics rank "
+                 f"{matched} queries")
+        ctx.log(f"{self.name}: {matched} of {len(query)} queries have a cross-camera match in the gallery")
+        return {"queries": float(matched), "skipped_queries": float(skipped)}
 
     def _chance(
         self, query: ImageSet, gallery: ImageSet, centroids_of: Callable[[torch.Tensor], CentroidGallery], seed: int

@@ -1,10 +1,12 @@
-"""Ranking metrics of person re-identification: CMC and mAP under the Market-1501 protocol."""
+"""Ranking metrics of person re-identification: CMC and mAP under the Market-1501 protocol, and the queries it ranks."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+
+from bench.core.splits import SplitShape
 
 JUNK_PID = -1
 
@@ -77,6 +79,28 @@ def evaluate_rank(
         raise ValueError("no query has a correct match in the gallery")
     cmc = (first_hits.cumsum(0) / num_valid).float()
     return cmc, float(aps[valid].sum()) / num_valid
+
+
+def matched_queries(query: SplitShape, gallery: SplitShape) -> int | None:
+    """Returns how many queries have a gallery image of their identity taken by another camera.
+
+    The Market-1501 protocol drops a query's same-identity gallery images of its own camera
+    (and junk, pid -1), so a query without such an image has no correct match and is skipped
+    (:func:`evaluate_rank`). Identity 0 counts as any other: Market-1501's queries never carry
+    its distractor pid 0, while relabelled data (the synthetic persons) starts at 0.
+
+    Args:
+        query: The query split's shape, with its cameras.
+        gallery: The gallery split's shape, with its cameras.
+
+    Returns:
+        The count, or None where either split's cameras are not known.
+    """
+    if query.cameras is None or gallery.cameras is None:
+        return None
+    seen = gallery.camera_images()
+    return sum(images for identity, camera, images in query.cameras
+               if identity != JUNK_PID and set(seen.get(identity, {})) - {camera})
 
 
 def query_average_precision(distmat: Any, q_pids: Any, g_pids: Any, q_camids: Any, g_camids: Any) -> torch.Tensor:

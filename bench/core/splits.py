@@ -115,18 +115,35 @@ class SplitShape:
         counts: Images per class, one entry per class.
         attributes: The attributes its images are labelled with (``gender``); None: not
             known before the data is loaded.
+        cameras: ``(identity, camera, images)`` for every identity and camera of the split,
+            sorted; None: the data has no camera ids (or they are not known before loading).
+        faces: Images carrying at least one face box (0: none has, e.g. the data has no
+            boxes); None: not known before the data is loaded.
     """
 
     counts: tuple[int, ...]
     attributes: tuple[str, ...] | None = None
+    cameras: tuple[tuple[int, int, int], ...] | None = None
+    faces: int | None = None
 
     @classmethod
-    def of_labels(cls, labels: Sequence[int], attributes: Sequence[str] | None = None) -> "SplitShape":
-        """Counts the images of each label."""
+    def of_labels(cls, labels: Sequence[int], attributes: Sequence[str] | None = None,
+                  cameras: Sequence[int] | None = None, faces: int | None = None) -> "SplitShape":
+        """Counts the images of each label (and, given each image's camera, of each label and camera)."""
         from collections import Counter
 
+        by_camera = None
+        if cameras is not None:
+            by_camera = tuple(sorted((int(i), int(c), n) for (i, c), n in Counter(zip(labels, cameras)).items()))
         return cls(tuple(sorted(Counter(labels).values(), reverse=True)),
-                   None if attributes is None else tuple(attributes))
+                   None if attributes is None else tuple(attributes), by_camera, faces)
+
+    def camera_images(self) -> dict[int, dict[int, int]]:
+        """Returns identity -> camera -> images (empty when the cameras are not known)."""
+        out: dict[int, dict[int, int]] = {}
+        for identity, camera, images in self.cameras or ():
+            out.setdefault(identity, {})[camera] = images
+        return out
 
     @property
     def images(self) -> int:

@@ -144,6 +144,8 @@ class Columns:
         labels: Each row's label (None: unlabelled).
         attrs: Attribute -> (each row's code, the codes' names).
         boxes: Each row's float [k, 4] boxes (x1, y1, x2, y2), or None.
+        label_names: Label -> its name: the string of a column of names, or a ``ClassLabel``
+            feature's name of an integer; empty for plain integers (named by their value).
     """
 
     rows: list[int]
@@ -151,6 +153,7 @@ class Columns:
     labels: list[int | None]
     attrs: dict[str, tuple[list[int], list[str]]]
     boxes: list[np.ndarray] | None
+    label_names: dict[int, str] = field(default_factory=dict)
 
 
 def read_columns(parts: list[Part], features: Mapping[str, Any], opts: dict[str, Any]) -> Columns:
@@ -189,12 +192,13 @@ def read_columns(parts: list[Part], features: Mapping[str, Any], opts: dict[str,
         rows.append(table.num_rows)
         for name in [opts["label_column"], *attrs, *([opts["box_column"]] if opts["box_column"] else [])]:
             cells.setdefault(name, []).extend(column(table, name).to_pylist())
-    labels = _labels(cells[opts["label_column"]], opts["label_column"])
+    label = opts["label_column"]
+    labels, label_names = _labels(cells[label], label, features.get(label))
     coded = {a: _categories(cells[a], a, features.get(a)) for a in attrs}
     boxes = None
     if opts["box_column"]:
         boxes = [_boxes(v, opts["box_format"], opts["box_column"], i) for i, v in enumerate(cells[opts["box_column"]])]
-    return Columns(rows, kind, labels, coded, boxes)
+    return Columns(rows, kind, labels, coded, boxes, label_names)
 
 
 def _features(schema: Any) -> dict[str, Any]:
@@ -220,13 +224,15 @@ def _image_kind(arrow_type: Any, name: str, strict: bool = True) -> str | None:
                      "file paths")
 
 
-def _labels(values: list[Any], name: str) -> list[int | None]:
+def _labels(values: list[Any], name: str, feature: Any) -> tuple[list[int | None], dict[int, str]]:
+    """Codes a label column: integers as they are (named by a ``ClassLabel`` feature's names), names by sorted order."""
     present = [v for v in values if v is not None and v != ""]
     if all(isinstance(v, int) and not isinstance(v, bool) for v in present):
-        return [v if v is not None and v >= 0 else None for v in values]
+        names = feature.get("names") if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" else None
+        return [v if v is not None and v >= 0 else None for v in values], dict(enumerate(map(str, names or ())))
     if all(isinstance(v, str) for v in present):
         index = {v: i for i, v in enumerate(sorted(set(present)))}
-        return [index.get(v) if v else None for v in values]
+        return [index.get(v) if v else None for v in values], {i: v for v, i in index.items()}
     bad = next(v for v in present if not isinstance(v, (int, str)) or isinstance(v, bool))
     raise BenchError(f"hf: label column {name!r} must hold integers or names, got {type(bad).__name__} {bad!r}")
 

@@ -176,6 +176,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("reid-one-identity", [*REID, "--data-root", "{data}/market_1id"], "add identities"),
     ("reid-fewer-identities-than-p", [*REID, "--data-root", "{data}/market_3ids"], "lower task.p to 3"),
     ("reid-no-attribute-file", [*REID, "--data-root", "{data}/market_3ids", "--set", "task.p=3"], "--attacks none"),
+    ("reid-queries-matched-only-by-their-own-camera", [*REID, "--data-root", "{data}/market_one_camera"],
+     "from another camera"),
+    ("face-detect-without-face-boxes", ["run", "--mechanism", "pixelate", "--task", "classify_folder_obf_obf",
+                                        "--profile", "smoke", *RES, "--attacks", "face_detect",
+                                        "--set", "task.data.root={data}/people_8"], "boxes.csv"),
     ("fewshot-test-split-too-few-classes", [*FOLDER_RUN, "--set", "task.data.root={data}/people_20"],
      "--set task.data.split_fractions=0.6,0.15,0.25"),
     ("fewshot-too-few-classes-in-all", [*FOLDER_RUN, "--set", "task.data.root={data}/people_8"], "8 classes in all"),
@@ -214,8 +219,8 @@ def make_world(folder: Path) -> Path:
 
 def make_data(folder: Path) -> Path:
     """Fills ``folder`` (``{data}`` in the cases; read only, made once) with data too small for the benchmarks:
-    Market-1501 trees of 1 and 3 training identities, folders of 8 and 20 people with 10 photos each, and
-    2 classes of 2 objects."""
+    Market-1501 trees of 1 and 3 training identities and one whose gallery shows the query people only from the
+    queries' camera, folders of 8 and 20 people with 10 photos each, and 2 classes of 2 objects."""
     import io
 
     from PIL import Image
@@ -229,18 +234,21 @@ def make_data(folder: Path) -> Path:
                 (folder / name / f"c{c:02d}" / f"{i}.png").write_bytes(buffer.getvalue())
     for name, train_ids in (("market_1id", 1), ("market_3ids", 3)):
         make_market(folder / name, train_ids, test_ids=2)
+    make_market(folder / "market_one_camera", 4, test_ids=2, same_camera=True)
     return folder
 
 
-def make_market(root: Path, train_ids: int, test_ids: int, per_id: int = 4) -> None:
-    """Writes a Market-1501 tree (``PPPP_cCsS_FFFFFF_NN.jpg`` names) of tiny grey images, no attribute file."""
+def make_market(root: Path, train_ids: int, test_ids: int, per_id: int = 4, same_camera: bool = False) -> None:
+    """Writes a Market-1501 tree (``PPPP_cCsS_FFFFFF_NN.jpg`` names) of tiny grey images, no attribute file;
+    ``same_camera``: the gallery sees the query identities only with the queries' camera."""
     from PIL import Image
 
     image = Image.new("RGB", (8, 16), (128, 128, 128))
     frame = 0
+    gallery_cams = (1,) if same_camera else range(2, per_id + 2)
     for folder, pids, cams in (("bounding_box_train", range(1, train_ids + 1), range(1, per_id + 1)),
                                ("query", range(100, 100 + test_ids), (1,)),
-                               ("bounding_box_test", range(100, 100 + test_ids), range(2, per_id + 2))):
+                               ("bounding_box_test", range(100, 100 + test_ids), gallery_cams)):
         (root / folder).mkdir(parents=True)
         for pid in pids:
             for cam in cams:

@@ -2,7 +2,8 @@
 
 The command lines (one line, exit 2, nothing written) are in tests/integration/test_bad_command_lines.py;
 these check that the advice works when followed, and the per-profile epochs, the sheet's
-loader options and the board's settings label.
+loader options and the board's settings label; and the shortfalls seen from the shape's cameras
+(Market-1501 queries without a cross-camera match) and face boxes (``face_detect``).
 """
 
 from __future__ import annotations
@@ -158,3 +159,95 @@ def test_attribute_adversaries_need_data_that_labels_their_attributes():
             check_attributes(task, {"denoise": adversaries["denoise"]}, unlabelled)
         check_attributes(task, adversaries, {s: SplitShape((4, 4), ("gender", "age")) for s in unlabelled})
         check_attributes(task, adversaries, {s: SplitShape((4, 4)) for s in unlabelled})  # not known: loaded later
+
+
+def plan_market(tmp_path: Path, root: Path, attacks: tuple[str, ...] = ()):
+    from bench.cell.plan import RunConfig, plan
+
+    return plan(RunConfig("reid_market1501", "pixelate", profile="smoke", results_dir=tmp_path / "results",
+                          data_root=root, overrides={"task": {"p": 3}}, attacks=attacks))
+
+
+def test_market_queries_seen_only_by_their_own_camera_in_the_gallery_are_refused_in_the_plan(tmp_path):
+    from tests.fixtures.reid_fixtures import write_market1501
+
+    write_market1501(tmp_path / "one_camera", cams=1)  # every query's gallery images share its camera
+    with scoped(), pytest.raises(BenchError) as caught:
+        plan_market(tmp_path, tmp_path / "one_camera")
+    message = str(caught.value)
+    assert "none of the 3 queries has a gallery image of its identity from another camera" in message
+    assert "raise task.data.per_id (now 6" in message and "\n" not in message
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*"))
+    write_market1501(tmp_path / "two_cameras", cams=2)
+    with scoped():
+        assert plan_market(tmp_path, tmp_path / "two_cameras").key
+
+
+def test_market_queries_without_a_cross_camera_match_are_counted_as_the_protocol_skips_them(tmp_path):
+    from bench.core.registry import datasets
+    from tasks.reid_metrics import matched_queries
+    from tests.fixtures.reid_fixtures import write_market1501
+
+    base = write_market1501(tmp_path / "market", cams=2)
+    for path in (base / "bounding_box_test").glob("0001_c2*.jpg"):  # pid 1 left only in camera 1
+        path.unlink()
+    with scoped():
+        shape = datasets.get("market1501")().inspect(tmp_path / "market", {})
+        assert matched_queries(shape["query"], shape["gallery"]) == 5  # pid 1's camera-1 query has no match
+        plan_market(tmp_path, tmp_path / "market")  # some queries match: the protocol skips the others
+    assert shape["query"].camera_images()[1] == {0: 1, 1: 1} and shape["gallery"].camera_images()[1] == {0: 2}
+    assert matched_queries(SplitShape((1,)), shape["gallery"]) is None  # cameras not known: nothing to check
+
+
+def test_the_skipped_query_count_agrees_with_the_metric_that_skips_them():
+    import torch
+
+    from tasks.reid_metrics import matched_queries, query_average_precision
+
+    g = torch.Generator().manual_seed(0)
+    q_pids, q_cams = torch.randint(1, 6, (40,), generator=g), torch.randint(0, 3, (40,), generator=g)
+    g_pids, g_cams = torch.randint(-1, 6, (30,), generator=g), torch.randint(0, 3, (30,), generator=g)
+    aps = query_average_precision(torch.rand(40, 30, generator=g), q_pids, g_pids, q_cams, g_cams)
+    shapes = [SplitShape.of_labels(p.tolist(), cameras=c.tolist()) for p, c in ((q_pids, q_cams), (g_pids, g_cams))]
+    assert matched_queries(*shapes) == int((~aps.isnan()).sum()) < 40
+
+
+def test_the_reid_task_reports_the_queries_it_skips(capsys):
+    import torch
+
+    from bench.core.interfaces import RunContext
+    from bench.core.registry import tasks
+    from bench.data.base import ImageSet
+
+    def images(pids, cams):
+        return ImageSet(torch.zeros(len(pids), 3, 4, 2, dtype=torch.uint8), torch.tensor(pids), cams=torch.tensor(cams))
+
+    with scoped():
+        task = tasks.get("reid_market1501")("smoke", None)
+    ctx = RunContext(device=torch.device("cpu"), seed=0, profile="smoke", data_root=None, cache_dir=Path("."))
+    counts = task._query_counts(images([1, 1, 2], [0, 1, 0]), images([1, 2, 0, -1], [0, 0, 1, 1]), ctx)
+    assert counts == {"queries": 1.0, "skipped_queries": 2.0}
+    assert "2 of 3 queries have no gallery image of their identity from another camera" in capsys.readouterr().err
+
+
+def test_face_detect_on_a_folder_without_boxes_is_refused_in_the_plan(tmp_path):
+    from bench.cell.plan import RunConfig, plan
+
+    tree = people(tmp_path / "objects", 3, photos=6)
+
+    def plan_with(attacks):
+        return plan(RunConfig("classify_folder_obf_obf", "pixelate", profile="smoke", results_dir=tmp_path / "results",
+                              overrides={"task": {"data.root": str(tree)}}, attacks=attacks))
+
+    with scoped(), pytest.raises(BenchError, match=r"no image of the 'test' split has a face box: .*boxes\.csv .* "
+                                                   r"--attacks none$"):
+        plan_with(("face_detect",))
+    with scoped():
+        plan_with(())  # utility only: no boxes needed
+    rows = [f"{p.relative_to(tree).as_posix()},0,0,4,4" for p in sorted(tree.rglob("*.png"))]
+    (tree / "boxes.csv").write_text("\n".join(rows) + "\n")
+    with scoped():
+        plan_with(("face_detect",))
+    (tree / "boxes.csv").write_text("\n".join(r.split(",")[0] for r in rows) + "\n")  # listed, no face anywhere
+    with scoped(), pytest.raises(BenchError, match="has a face box"):
+        plan_with(("face_detect",))

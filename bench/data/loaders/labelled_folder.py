@@ -62,9 +62,9 @@ class LabelledFolder(Folder):
     description = "your labelled images, a folder per class (or train/ val/ test/ folders of them), split by image"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
-        """Lists the tree and reads boxes.csv (no image is opened); returns the splits' shapes."""
+        """Lists the tree and reads boxes.csv (no image is opened); returns the splits' shapes with their faces."""
         _, sel, _ = self._select(root, options)
-        return {s: SplitShape.of_labels([lab for lab, sp in zip(sel.labels, sel.split_of) if sp == s]) for s in SPLITS}
+        return labelled_shape(sel)
 
     def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
         """Decodes the selected images into the cache once (or reads them from it).
@@ -143,6 +143,16 @@ def _listing(base: Path, own_splits: bool) -> tuple[list[str], list[str], list[s
             own += [split] * len(names)
             keys += [c] * len(names)
     return files, own, keys, skipped
+
+
+def labelled_shape(sel: imageread.Selection) -> DataShape:
+    """Returns each split's shape: images per class, and images with a face box (0 for every split without boxes)."""
+    shape = {}
+    for s in SPLITS:
+        members = [i for i, sp in enumerate(sel.split_of) if sp == s]
+        faces = 0 if sel.boxes is None else sum(1 for i in members if len(sel.boxes[i]))
+        shape[s] = SplitShape.of_labels([sel.labels[i] for i in members], faces=faces)
+    return shape
 
 
 def face_fraction(images: ImageSet) -> list[float]:

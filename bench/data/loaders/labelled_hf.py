@@ -5,9 +5,9 @@ nothing reaches the hub), with the image, label and face-box columns named by op
 but split by image (:mod:`bench.data.imagesplit`): the dataset's own train / val /
 test splits where it has train and val or test (their classes are expected to be shared),
 else every class's rows split by a seeded, stratified permutation. The rule used is in the
-data's ``info["split"]``; class names come from the label column's ``ClassLabel`` names
-(or the label values). Face boxes (``box_column``) feed the face-only mechanisms; without
-them those mechanisms find faces with MTCNN.
+data's ``info["split"]``; class names are the label column's strings, or its ``ClassLabel``
+names for integers (plain integers are named by their value). Face boxes (``box_column``)
+feed the face-only mechanisms; without them those mechanisms find faces with MTCNN.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import Any, Mapping
 
 from bench.core.registry import register_dataset
 from bench.data import imageread
-from bench.data.base import ImageSet, Splits
+from bench.data.base import DataShape, ImageSet, Splits
 from bench.data.classsplit import parse_options
 from bench.data.hftables import SPLIT_WORDS, find_parts, read_columns
 from bench.data.imagesplit import SPLIT_RULES, SPLITS, split_images
 from bench.data.loaders.hf import DEFAULTS as HF_DEFAULTS
 from bench.data.loaders.hf import HfIndex, HuggingFace, _locate, _row_name
-from bench.data.loaders.labelled_folder import face_fraction
+from bench.data.loaders.labelled_folder import face_fraction, labelled_shape
 from bench.errors import BenchError
 
 DEFAULTS: dict[str, Any] = {**HF_DEFAULTS, "size": 64, "min_images": 3, "split_fractions": (0.7, 0.1, 0.2)}
@@ -58,6 +58,10 @@ class LabelledHf(HuggingFace):
     layout = ("a local Hugging Face dataset of labelled images under --set task.data.path=DIR: a save_to_disk "
               "folder (dataset_dict.json or state.json), or *.parquet / *.arrow files (split named by folder or prefix)")
     description = "a local Hugging Face dataset of labelled images (columns named by options), split by image"
+
+    def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
+        """Reads the label and box columns (no image); returns the splits' shapes with their faces."""
+        return labelled_shape(self._index(root, options).selection)
 
     def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
         """Decodes the selected rows' images into the cache once (or reads them from it).
@@ -106,7 +110,5 @@ class LabelledHf(HuggingFace):
             sel.attrs[attr], sel.attr_names[attr] = [codes[i] for i in chosen], names
         if cols.boxes is not None:
             sel.boxes = [cols.boxes[i] for i in chosen]
-        feature = (features or {}).get(opts["label_column"]) or {}
-        names = feature.get("names") if isinstance(feature, dict) else None
-        classes = [str(names[c]) if names and isinstance(c, int) and c < len(names) else str(c) for c in split.classes]
+        classes = [cols.label_names.get(c, str(c)) for c in split.classes]
         return LabelledIndex(opts, base, parts, cols.image_kind, rows, sel, chosen, cols.labels, split.how, classes)

@@ -229,12 +229,14 @@ class Market1501(Dataset):
     description = "Market-1501 person re-identification (751 train / 750 test identities, 6 cameras)"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
-        """Lists the images (no decoding) and returns each split's identities and their image counts."""
+        """Lists the images (no decoding) and returns each split's identities, their image counts and cameras."""
         _, _, attr_path, selected = self._select(root, options)
         labelled = ("gender", "age") if attr_path else ()
-        return {split: SplitShape.of_labels([im.pid for im in images if im.pid not in (JUNK_PID, DISTRACTOR_PID)],
-                                            labelled)
-                for split, images in selected.items()}
+        shape = {}
+        for split, images in selected.items():
+            people = [im for im in images if im.pid not in (JUNK_PID, DISTRACTOR_PID)]
+            shape[split] = SplitShape.of_labels([im.pid for im in people], labelled, [im.cam for im in people])
+        return shape
 
     def _select(self, root: Path | None, options: Mapping[str, Any]):
         """Returns (size, data dir, attribute file or None, split -> selected images).
