@@ -31,8 +31,8 @@ from leaderboard.stats import (
 )
 from leaderboard.verification import VERIFIED, audit_text
 
-__all__ = ["Board", "Leaderboard", "Standing", "build_leaderboard", "NOISE_UNKNOWN", "RANKED", "TUNING", "UNDECLARED",
-           "WITHHELD"]
+__all__ = ["Board", "Leaderboard", "Standing", "build_leaderboard", "NOISE_UNKNOWN", "RANKED", "TUNING", "UNBACKED",
+           "UNDECLARED", "WITHHELD"]
 
 RANKED = "ranked"
 TUNING = "tuning cell (validation split)"
@@ -42,6 +42,8 @@ NO_CLAIM = "none"
 EMPIRICAL_ONLY = "empirical only"
 WITHHELD = "WITHHELD"
 """Marks a claim type whose claim does not cover a released split (never a formal claim)."""
+UNBACKED = "UNBACKED"
+"""Marks a claim type whose nominal epsilon the code cannot back (never a formal claim)."""
 NOISE_UNKNOWN = "the interval ignores within-seed privacy noise"
 """The note of an entry with scored cells whose results record no ``privacy_score_se``."""
 HV_RANGE_TEXT = "[0, 1]"
@@ -75,7 +77,7 @@ class Standing:
             verify: never ranked).
         notes: What its interval and claims rest on where a reader could take them for more:
             an interval clipped to the hypervolume's range, cells whose within-seed privacy
-            noise is unknown (:data:`NOISE_UNKNOWN`), a withheld claim, DP-SGD settings tuned
+            noise is unknown (:data:`NOISE_UNKNOWN`), a withheld or UNBACKED claim, DP-SGD settings tuned
             on the private records.
     """
 
@@ -279,6 +281,9 @@ def _notes(cells: pd.DataFrame, complete: tuple[int, ...], estimate: Estimate | 
     if withheld:
         notes.append(f"claim withheld for {'; '.join(withheld)} (the mechanism fitted on it, no public data): "
                      "not a formal claim")
+    if "backed" in cells and not cells.loc[cells["epsilon"].notna(), "backed"].astype(bool).all():
+        notes.append("mechanism claim UNBACKED: its nominal ε is not covered by an analysis the code can back "
+                     "(e.g. a threshold computed from private data): not a formal claim")
     if any(cells.get("tuning_cost", pd.Series(dtype=str)).astype(bool)):
         notes.append(f"DP-SGD settings selected by 'bench tune' on the private records: the {TUNING_NOT_IN_EPSILON} "
                      "(Papernot & Steinke 2022)")
@@ -310,11 +315,16 @@ def _comparisons(key: BoardKey, ranked: list[Standing], noise: Mapping[str, dict
 
 
 def _claim_type(cells: pd.DataFrame) -> str:
-    """The entry's claim units; a withheld claim reads ``<unit>, WITHHELD for <splits>`` (never a formal type)."""
+    """The entry's claim units, never a formal type for a claim that is none.
+
+    A withheld claim reads ``<unit>, WITHHELD for <splits>``; one the code cannot back
+    ``<unit>, UNBACKED``, as training claims do.
+    """
     claimed = cells[cells["epsilon"].notna()]
     withheld = claimed["withheld"] if "withheld" in claimed else pd.Series("", index=claimed.index)
-    units = sorted({(unit or "unnamed unit") + (f", {WITHHELD} for {w}" if w else "")
-                    for unit, w in zip(claimed["unit"], withheld)})
+    backed = claimed["backed"] if "backed" in claimed else pd.Series(True, index=claimed.index)
+    units = sorted({(unit or "unnamed unit") + ("" if b else f", {UNBACKED}") + (f", {WITHHELD} for {w}" if w else "")
+                    for unit, w, b in zip(claimed["unit"], withheld, backed)})
     training = sorted({_training_type(label) for label in cells["training_claim"] if label})
     if units or training:
         return "; ".join(units + training)

@@ -19,6 +19,7 @@ __all__ = [
     "average_reruns",
     "cells_frame",
     "claim_label",
+    "formal_claim",
     "hardware_label",
     "withheld_text",
     "most_common",
@@ -58,6 +59,7 @@ CELL_COLUMNS = [
     "delta",
     "unit",
     "withheld",
+    "backed",
     "claim_label",
     "audit",
     "training_claim",
@@ -124,7 +126,7 @@ def withheld_text(withheld: Any) -> str:
     return ""
 
 
-def claim_label(epsilon: float, delta: float, unit: str, withheld: str = "") -> str:
+def claim_label(epsilon: float, delta: float, unit: str, withheld: str = "", backed: bool = True) -> str:
     """Formats a claim as ``eps=3 [unit]`` (with delta when it is not zero).
 
     Args:
@@ -133,12 +135,24 @@ def claim_label(epsilon: float, delta: float, unit: str, withheld: str = "") -> 
         unit: Its unit.
         withheld: The splits it is withheld for (:func:`withheld_text`): the label then ends
             ``(withheld for train)``, as ``bench run`` prints it, and is no formal claim.
+        backed: False for a nominal epsilon the code cannot back: the label then reads
+            ``UNBACKED (nominal eps=3) [unit]``, as ``bench run`` prints it, and is no formal claim.
     """
     if math.isnan(epsilon):
         return ""
     delta_part = f", delta={delta:g}" if delta and not math.isnan(delta) else ""
-    text = f"eps={epsilon:g}{delta_part} [{unit}]" if unit else f"eps={epsilon:g}{delta_part}"
+    number = f"eps={epsilon:g}{delta_part}" if backed else f"UNBACKED (nominal eps={epsilon:g}{delta_part})"
+    text = f"{number} [{unit}]" if unit else number
     return f"{text} (withheld for {withheld})" if withheld else text
+
+
+def formal_claim(withheld: str, backed: bool) -> bool:
+    """Whether a mechanism's claim is a formal one: neither withheld for a split nor UNBACKED.
+
+    Such a claim has one status: its audit verdict; a withheld or unbacked one is shown as
+    that alone, never also as ``not audited``.
+    """
+    return not withheld and bool(backed)
 
 
 TUNING_NOT_IN_EPSILON = "tuning cost not in ε"
@@ -256,12 +270,13 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
         says why (``attack too weak`` or ``no adversary``); ``privacy_se`` its standard
         error within the run (``Result.privacy_score_se``; NaN when the result does not
         record one); ``withheld`` the splits the mechanism's claim is withheld for ("" for
-        none; such a claim is no formal claim); ``tuning_cost`` the run's
+        none; such a claim is no formal claim); ``backed`` False for a mechanism's claim the
+        code cannot back (UNBACKED, no formal claim either); ``tuning_cost`` the run's
         ``bench.tuning_cost`` tag ("" for none); ``board`` is the id of the
         cell's :class:`~leaderboard.protocol.BoardKey` (``board_key``); ``groups`` is
         ``Result.groups`` (``{}`` without demographic results), ``audit`` the verdict of the
-        audit of its claim (an entry's ``audit`` record; ``not audited`` for a claim without
-        one, "" without a claim), ``worst_group_privacy``
+        audit of its claim (an entry's ``audit`` record; ``not audited`` for a formal claim without
+        one, "" without a formal claim: a withheld or UNBACKED claim has that one status), ``worst_group_privacy``
         its worst group's privacy (NaN without one), ``worst_group`` that group
         (``attribute=value``, "" without one) and ``hardware`` what computed it
         (:func:`hardware_label`).
@@ -283,6 +298,7 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
         delta = _number(claim.get("delta", 0.0)) if claim else math.nan
         unit = _text(claim.get("unit")) if claim else ""
         withheld = withheld_text(claim.get("withheld"))
+        backed = bool(claim.get("backed", True)) if claim else True
         params = _mapping(row.get("params")) or {}
         tuning_cost = _text(row.get("tuning_cost"))
         training = training_claim_label(_mapping(row.get("training_claim")), tuning_cost)
@@ -297,10 +313,10 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
             "seed": _number(row.get("seed")), "split": _text(row.get("eval_split"), "test"),
             "metric": metric, "utility": utility, "utility_se": utility_se, "privacy": privacy,
             "privacy_se": privacy_se, "flag": flag, "flag_detail": detail, "epsilon": epsilon, "delta": delta,
-            "unit": unit, "withheld": withheld,
-            "claim_label": "; ".join(x for x in (claim_label(epsilon, delta, unit, withheld),
+            "unit": unit, "withheld": withheld, "backed": backed,
+            "claim_label": "; ".join(x for x in (claim_label(epsilon, delta, unit, withheld, backed),
                                                  training and f"training: {training}") if x),
-            "audit": _text(row.get("audit")) or (NOT_AUDITED if claim else ""),
+            "audit": (_text(row.get("audit")) or NOT_AUDITED) if claim and formal_claim(withheld, backed) else "",
             "training_claim": training, "tuning_cost": tuning_cost, "source": _text(row.get("source"), "local"),
             "run_id": _text(row.get("run_id")), "cell_key": _text(row.get("cell_key")),
             "groups": groups, "worst_group_privacy": worst_privacy, "worst_group": worst_group,

@@ -2,9 +2,10 @@
 
 Each entry gets a colour and marker. A point is one configuration's mean over seeds,
 with the utility's 95% interval as a horizontal bar and the privacy's standard deviation
-over seeds as a vertical bar (:mod:`leaderboard.plot_points`); a full-colour line joins
-the entry's frontier of those means and faint lines its frontier in each seed, which is
-what the ranking scores. Claimed configurations are labelled ``ε=3 [unit]`` where a label
+(over seeds and within a seed) as a vertical bar (:mod:`leaderboard.plot_points`); a
+full-colour line joins the entry's frontier of those means and faint lines its frontier
+in each seed, which is what the ranking scores. The legend names each entry, with its
+rank or ``unranked``. Claimed configurations are labelled ``ε=3 [unit]`` where a label
 fits without overlap (:mod:`leaderboard.plot_labels`). A corner mark says whether the
 data is synthetic and which profile ran. Axes are fitted to the data.
 
@@ -25,7 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from leaderboard.boards import Board
+from leaderboard.boards import Board, Standing
 from leaderboard.exports import terminal_safe
 from leaderboard.plot_labels import LabelRequest, PlacedLabel, place_labels
 from leaderboard.plot_points import (
@@ -40,9 +41,8 @@ from leaderboard.plot_points import (
     seed_frontiers,
 )
 from leaderboard.protocol import precision_suffix
-from leaderboard.table import rank_label
 
-__all__ = ["data_mark", "frontier_figure", "frontier_plot"]
+__all__ = ["data_mark", "frontier_figure", "frontier_plot", "legend_text"]
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<")
 MARKER_PT = 5.5
@@ -90,13 +90,28 @@ def _draw_point(ax, p: PlotPoint) -> None:
             alpha=1.0 if p.on_frontier else 0.55, zorder=4, gid=f"point-{p.index}")
 
 
+def legend_text(standing: Standing, scored: bool = True) -> str:
+    """Returns an entry's legend line: its name, then its rank or ``unranked`` in brackets.
+
+    ``smoke/blur (rank 1)``, ``smoke/blur (rank 1, tied)``, ``smoke/blur (unranked)``; an
+    entry without a scored point adds ``, no scored point``.
+
+    Args:
+        standing: The entry on its board.
+        scored: Whether any of its configurations is a point of the plot.
+    """
+    if standing.rank is None:
+        status = "unranked"
+    else:
+        status = f"rank {standing.rank}" + (", tied" if standing.tied else "")
+    return f"{terminal_safe(standing.name, 40)} ({status}{'' if scored else ', no scored point'})"
+
+
 def _legend(ax, board: Board, points: list[PlotPoint]):
     handles = []
     for i, standing in enumerate(board.standings):
         colour, marker = _style(i)
-        text = terminal_safe(f"{rank_label(standing)}. {standing.name}", 48)
-        if not any(p.entry_index == i for p in points):
-            text += " (no scored point)"
+        text = legend_text(standing, any(p.entry_index == i for p in points))
         handles.append(Line2D([], [], color=colour, marker=marker, markersize=MARKER_PT, linewidth=1.6, label=text))
     if handles:
         handles.append(Line2D([], [], color="grey", linewidth=0.8, alpha=0.45, label="each seed's frontier"))
@@ -204,7 +219,7 @@ def _decorate(ax, board: Board, points: list[PlotPoint]) -> list:
     ax.grid(alpha=0.3)
     metrics = ", ".join(sorted({m for m in board.cells["metric"] if m})) or "primary metric"
     ax.set_xlabel(terminal_safe(f"utility ({metrics}), mean over seeds ± 95% CI", 80), parse_math=False)
-    ax.set_ylabel("privacy (1 − retained attack advantage) ± sd over seeds")
+    ax.set_ylabel("privacy (1 − retained attack advantage) ± sd (seeds and within-seed noise)")
     ax.set_title(terminal_safe(f"{board.key.benchmark} · {board.key.data_label}", 70), loc="left", pad=22,
                  parse_math=False)
     synthetic = board.key.synthetic

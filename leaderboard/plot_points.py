@@ -3,8 +3,9 @@
 A point is one configuration of one entry: its utility is the mean over seeds with a 95%
 interval (Student t over seeds; with one seed, the cell's own logged CI, as in
 :mod:`leaderboard.report`), its privacy the mean of the defined scores with their
-standard deviation over seeds. The ranking scores each seed's own frontier, so those are
-computed too (drawn faint behind the frontier of the means).
+standard deviation over seeds and within-seed noise (:func:`privacy_spread`). The ranking
+scores each seed's own frontier, so those are computed too (drawn faint behind the frontier
+of the means).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from leaderboard.pareto import frontier
 from leaderboard.report import _mean_ci
 
 __all__ = ["MARGIN", "MIN_SPAN", "PlotPoint", "SeedFrontier", "claim_text", "configuration_points", "data_range",
-           "entry_frontier", "fit_limits", "seed_frontiers"]
+           "entry_frontier", "fit_limits", "privacy_spread", "seed_frontiers"]
 
 MARGIN = 0.06
 """Room left on each side of the data, as a fraction of the data's span."""
@@ -43,7 +44,8 @@ class PlotPoint:
         x: Mean utility over seeds.
         y: Mean privacy over the seeds where it is defined.
         x_ci: Half-width of the utility's 95% interval (NaN without one).
-        y_sd: Standard deviation of privacy over seeds (NaN with fewer than two).
+        y_sd: Standard deviation of a seed's privacy: over seeds, with the noise within a seed
+            added in quadrature (:func:`privacy_spread`; NaN with one seed and no recorded noise).
         seeds: Seeds with a defined privacy score.
         label: ``ε=3 [unit]`` for a formal claim, else empty.
         on_frontier: Whether the point is on its entry's frontier of configuration means.
@@ -80,29 +82,52 @@ class SeedFrontier:
     points: np.ndarray
 
 
-def claim_text(epsilon: float, unit: str, withheld: str = "") -> str:
+def claim_text(epsilon: float, unit: str, withheld: str = "", backed: bool = True) -> str:
     """Returns the label of a claim, ``ε=3 [m-pixel]`` (4 significant digits), or ``""`` without one.
 
     Args:
         epsilon: The claimed epsilon (NaN for none).
         unit: The claim's unit (may be empty).
         withheld: The splits the claim is withheld for: the label then starts ``withheld``.
+        backed: False for a nominal epsilon the code cannot back: the label then starts ``UNBACKED``.
     """
     if not math.isfinite(epsilon):
         return ""
     text = f"ε={epsilon:.4g} [{unit}]" if unit else f"ε={epsilon:.4g}"
+    text = text if backed else f"UNBACKED {text}"
     return terminal_safe(f"withheld {text}" if withheld else text, 36)
+
+
+def privacy_spread(privacy: np.ndarray, se: np.ndarray) -> float:
+    """Returns the standard deviation of one seed's privacy score: spread over seeds and noise within a seed.
+
+    The two add in quadrature, as in the board's two-level bootstrap
+    (:mod:`leaderboard.stats`): the sample standard deviation over seeds (0 for one seed)
+    and the root mean square of the scores' within-run standard errors
+    (``privacy_score_se``; unknown ones count as 0). NaN when neither is known.
+
+    Args:
+        privacy: The defined privacy scores, one per seed.
+        se: Their within-run standard errors (NaN: not recorded).
+    """
+    between = float(privacy.std(ddof=1)) if len(privacy) > 1 else math.nan
+    known = se[np.isfinite(se)]
+    within = float(np.sqrt(np.mean(known**2))) if len(known) else math.nan
+    if math.isnan(within):
+        return between
+    return math.hypot(0.0 if math.isnan(between) else between, within)
 
 
 def _configuration(cells: pd.DataFrame) -> tuple[float, float, float, float, int] | None:
     per_seed = cells.groupby("seed", sort=True).agg(utility=("utility", "mean"), se=("utility_se", "mean"),
-                                                    privacy=("privacy", "mean"))
+                                                    privacy=("privacy", "mean"), privacy_se=("privacy_se", "mean"))
     per_seed = per_seed[per_seed["utility"].notna()]
-    privacy = per_seed["privacy"].dropna().to_numpy(float)
-    if len(per_seed) == 0 or len(privacy) == 0:
+    scored = per_seed[per_seed["privacy"].notna()]
+    if len(per_seed) == 0 or len(scored) == 0:
         return None
     x, x_ci = _mean_ci(per_seed["utility"].to_numpy(float), per_seed["se"].to_numpy(float))
-    y_sd = float(privacy.std(ddof=1)) if len(privacy) > 1 else math.nan
+    privacy = scored["privacy"].to_numpy(float)
+    y_sd = privacy_spread(privacy, scored["privacy_se"].to_numpy(float))
     return x, float(privacy.mean()), x_ci, y_sd, len(privacy)
 
 
@@ -130,7 +155,8 @@ def configuration_points(board: Board) -> tuple[list[PlotPoint], list[dict[str, 
                 continue
             x, y, x_ci, y_sd, seeds = stats
             label = claim_text(float(group["epsilon"].iloc[0]), str(group["unit"].iloc[0] or ""),
-                               str(group["withheld"].iloc[0]) if "withheld" in group else "")
+                               str(group["withheld"].iloc[0]) if "withheld" in group else "",
+                               bool(group["backed"].iloc[0]) if "backed" in group else True)
             mine.append(PlotPoint(len(points) + len(mine), standing.name, entry_index, configuration, params,
                                   x, y, x_ci, y_sd, seeds, label))
         front = {tuple(p) for p in frontier(np.array([[p.x, p.y] for p in mine]).reshape(-1, 2))}
@@ -171,7 +197,7 @@ def seed_frontiers(board: Board) -> list[SeedFrontier]:
 
 
 def privacy_bar(p: "PlotPoint") -> tuple[float, float]:
-    """Returns the privacy error bar's ends: mean ± sd over seeds, kept inside the score's range [0, 1]."""
+    """Returns the privacy error bar's ends: mean ± :func:`privacy_spread`, kept inside the score's range [0, 1]."""
     sd = p.y_sd if math.isfinite(p.y_sd) else 0.0
     return max(0.0, p.y - sd), min(1.0, p.y + sd)
 

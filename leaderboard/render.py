@@ -44,7 +44,6 @@ __all__ = ["board_file_name", "build_site", "script_json", "slug"]
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = ("style.css", "table.js")
 SHEET_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp"}
-TOP_N = 3
 
 
 def slug(name: str, digest: int = 8) -> str:
@@ -282,12 +281,10 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
               hardware_note=hardware_note(board),
               claim_types=sorted({r["claim_type"] for r in rows}),
               data={"board": _identity(board), "rows": table[table["board"] == board.key.id].to_dict(orient="records")})
-        top = [{**row, "href": row["href"].removeprefix("../")} for row in _standing_rows(board, mech_names, "")
-               if row["ranked"]][:TOP_N]
         index_boards.append({"name": board.key.benchmark, "href": f"boards/{stem}.html", "identity": _identity(board),
                              "n_entries": len(board.standings), "n_ranked": sum(s.ranked for s in board.standings),
                              "n_unverified": sum(s.verification != VERIFIED for s in board.standings),
-                             "top": top})
+                             "rows": _standing_rows(board, mech_names, "")})
 
     write("exploration.html", "exploration.html", "", rows=_exploration_rows(explore), n_cells=len(explore))
 

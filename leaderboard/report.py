@@ -2,16 +2,21 @@
 
 A row's utility is the mean over its seeds with a 95% interval (Student t over seeds;
 with one seed, the cell's own logged CI), privacy the mean of the defined scores (flagged
-cells counted, never scored), and its claims typed by unit: the mechanism's and a
-training claim, side by side (``UNBACKED`` where the code cannot back one); a claim without a
-passed audit on record is marked ``(unaudited)`` (``(audit inconclusive)``, ``(audit failed)``). Rows of one
-benchmark, profile, data (synthetic or real), settings and precision form one table; cells
+cells counted, never scored) with a 95% interval that includes each seed's within-run noise
+(``privacy_score_se``, :func:`leaderboard.stats.mean_interval`, the board's two-level
+bootstrap), and its claims typed by unit: the mechanism's and a training claim, side by side
+(``UNBACKED`` where the code cannot back one); a formal claim without a passed audit on record
+is marked ``(unaudited)`` (``(audit inconclusive)``, ``(audit failed)``), a withheld or
+unbacked one carries that status alone. Rows of one benchmark, profile, data (synthetic or
+real), settings, precision and number of seeds form one table, so every ± of a table is a
+95% CI of one kind and one-seed cells are never pooled with means over several seeds; cells
 computed in bf16 mixed precision are never pooled with fp32 ones.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from types import SimpleNamespace
 from typing import Any, Sequence
 
@@ -20,15 +25,16 @@ import pandas as pd
 from scipy import stats
 
 from bench.errors import BenchError
-from leaderboard.cells import cells_frame, claim_label
+from leaderboard.cells import cells_frame, claim_label, formal_claim
 from leaderboard.exports import csv_text, markdown_escape
 from leaderboard.protocol import precision_suffix, settings_label
+from leaderboard.stats import mean_interval, stable_seed
 
 __all__ = ["REPORT_COLUMNS", "report_table", "to_latex", "to_markdown"]
 
 REPORT_COLUMNS = ["benchmark", "profile", "data", "settings", "precision", "mechanism",
                   "configuration", "metric", "seeds", "utility",
-                  "utility_ci", "privacy", "privacy_sd", "flagged", "flag", "claim", "training_claim"]
+                  "utility_ci", "privacy", "privacy_ci", "flagged", "flag", "claim", "training_claim"]
 
 
 def report_table(rows: pd.DataFrame, benchmark: str | None = None, columns: Sequence[str] = ()) -> pd.DataFrame:
@@ -59,9 +65,12 @@ def report_table(rows: pd.DataFrame, benchmark: str | None = None, columns: Sequ
     for (bench_name, profile, synthetic, settings, arithmetic, mechanism, params, training), group in cells.groupby(
             keys, sort=True, dropna=False):
         per_seed = group.groupby("seed").agg(utility=("utility", "mean"), se=("utility_se", "mean"),
-                                             privacy=("privacy", "mean"))
+                                             privacy=("privacy", "mean"), privacy_se=("privacy_se", "mean"))
         utility, half = _mean_ci(per_seed["utility"].to_numpy(float), per_seed["se"].to_numpy(float))
-        privacy = per_seed["privacy"].dropna().to_numpy(float)
+        scored = per_seed[per_seed["privacy"].notna()]
+        privacy, privacy_half = mean_interval(
+            scored["privacy"].to_numpy(float), scored["privacy_se"].to_numpy(float),
+            seed=stable_seed("report", bench_name, profile, settings, arithmetic, mechanism, params, training))
         method = training.split(":")[0] if training else ""
         extra = {}
         for name in columns:
@@ -73,15 +82,21 @@ def report_table(rows: pd.DataFrame, benchmark: str | None = None, columns: Sequ
             "settings": settings_label(settings), "precision": arithmetic, "mechanism": mechanism,
             "configuration": " + ".join(x for x in (params, method) if x) or "defaults",
             "metric": group["metric"].iloc[0], "seeds": int(len(per_seed)), "utility": utility, "utility_ci": half,
-            "privacy": float(privacy.mean()) if len(privacy) else math.nan,
-            "privacy_sd": float(privacy.std(ddof=1)) if len(privacy) > 1 else math.nan,
+            "privacy": privacy, "privacy_ci": privacy_half,
             "flagged": int(group["privacy"].isna().sum()),
             "flag": "; ".join(sorted({f for f in group["flag"] if f})),
-            "claim": _audited(claim_label(*(float(group[c].iloc[0]) for c in ("epsilon", "delta")),
-                                          str(group["unit"].iloc[0]), str(group["withheld"].iloc[0])), group),
+            "claim": _claim(group),
             "training_claim": training.split(": ", 1)[1] if ": " in training else training,
         })
     return pd.DataFrame(out, columns=REPORT_COLUMNS + [c for name in columns for c in (name, f"{name}_ci")])
+
+
+def _claim(group: pd.DataFrame) -> str:
+    """Returns a configuration's mechanism claim with its one status (:func:`_audited`, or withheld / UNBACKED)."""
+    first = group.iloc[0]
+    withheld, backed = str(first["withheld"]), bool(first.get("backed", True))
+    label = claim_label(float(first["epsilon"]), float(first["delta"]), str(first["unit"]), withheld, backed)
+    return _audited(label, group) if formal_claim(withheld, backed) else label
 
 
 def _audited(claim: str, group: pd.DataFrame) -> str:
@@ -145,7 +160,7 @@ def _pm(value: float, half: float, digits: int = 3) -> str:
 
 
 def _privacy_text(row: Any) -> str:
-    text = _pm(row.privacy, row.privacy_sd)
+    text = _pm(row.privacy, row.privacy_ci)
     return text + (f" ({row.flagged} cell(s): {row.flag})" if row.flagged else "")
 
 
@@ -158,22 +173,35 @@ def _extra_columns(table: pd.DataFrame) -> list[str]:
 
 
 def _cells(row: Any, extra: Sequence[str] = ()) -> tuple:
-    """One row's printed cells: mechanism, configuration, seeds, utility ± CI, further columns, privacy (sd), claims."""
+    """One row's printed cells: mechanism, configuration, seeds, utility ± CI, further columns, privacy ± CI, claims."""
     record = vars(row)
     more = tuple(_pm(record[name], record[f"{name}_ci"]) for name in extra)
     return (row.mechanism, row.configuration, row.seeds, _pm(row.utility, row.utility_ci), *more, _privacy_text(row),
             row.claim or "none", row.training_claim or "–")
 
 
+def plus_minus(seeds: int) -> str:
+    """States what every ± of a table of ``seeds``-seed rows means (the table's caption)."""
+    if seeds == 1:
+        return ("One seed per row (never pooled with means over several seeds); ± is the half-width of the "
+                "cell's own 95% CI: its logged CI, for privacy ±1.96 × its within-run standard error.")
+    return (f"Mean over {seeds} seeds; ± is the half-width of the 95% CI of the mean: Student t over seeds, for "
+            "privacy with each seed's within-run noise included (two-level bootstrap).")
+
+
 def _sections(table: pd.DataFrame):
-    """Yields (title, column heads, rows of printed cells), one per benchmark, profile, data and settings."""
+    """Yields (title, meaning of ±, column heads, rows of printed cells).
+
+    One per benchmark, profile, data, settings, precision and number of seeds.
+    """
     extra = _extra_columns(table)
-    for (benchmark, profile, data, settings, precision), rows in table.groupby(
-            ["benchmark", "profile", "data", "settings", "precision"], sort=True):
+    for (benchmark, profile, data, settings, precision, seeds), rows in table.groupby(
+            ["benchmark", "profile", "data", "settings", "precision", "seeds"], sort=True):
         heads = ["Mechanism", "Configuration", "Seeds", f"{rows['metric'].iloc[0]} (95% CI)",
-                 *(f"{c} (95% CI)" for c in extra), "Privacy (sd)", "Claim", "Training claim"]
-        yield (f"{benchmark} · profile {profile}{precision_suffix(precision)} · {data} data · {settings}", heads,
-               [_cells(r, extra) for r in _records(rows)])
+                 *(f"{c} (95% CI)" for c in extra), "Privacy (95% CI)", "Claim", "Training claim"]
+        count = f"{seeds} seed{'s' if seeds != 1 else ''}"
+        yield (f"{benchmark} · profile {profile}{precision_suffix(precision)} · {data} data · {settings} · {count}",
+               plus_minus(int(seeds)), heads, [_cells(r, extra) for r in _records(rows)])
 
 
 def to_markdown(table: pd.DataFrame) -> str:
@@ -181,9 +209,9 @@ def to_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return "No finished test-split cells.\n"
     lines = []
-    for title, heads, cells in _sections(table):
-        lines += [f"### {markdown_escape(title)}", "", "| " + " | ".join(markdown_escape(h) for h in heads) + " |",
-                  "|" + "---|" * len(heads)]
+    for title, meaning, heads, cells in _sections(table):
+        lines += [f"### {markdown_escape(title)}", "", markdown_escape(meaning), "",
+                  "| " + " | ".join(markdown_escape(h) for h in heads) + " |", "|" + "---|" * len(heads)]
         lines += ["| " + " | ".join(markdown_escape(x) for x in row) + " |" for row in cells]
         lines.append("")
     return "\n".join(lines)
@@ -191,7 +219,7 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "ε": r"$\varepsilon$",
-                  "±": r"$\pm$", "–": "--", "·": r"$\cdot$"}
+                  "±": r"$\pm$", "×": r"$\times$", "–": "--", "·": r"$\cdot$"}
 
 
 def latex_escape(text: Any) -> str:
@@ -200,16 +228,34 @@ def latex_escape(text: Any) -> str:
 
 
 def to_latex(table: pd.DataFrame) -> str:
-    """Formats the report as LaTeX ``tabular`` environments (booktabs), one per benchmark, profile and data."""
+    """Formats the report as LaTeX ``table`` floats, one per section of :func:`to_markdown`.
+
+    Each holds a booktabs ``tabular`` (``\\toprule``, ``\\midrule``, ``\\bottomrule``: the
+    preamble needs ``\\usepackage{booktabs}``) under a ``\\caption`` that names the table and
+    says what its ± means, and a ``\\label`` (``tab:privbench-<title>``).
+    """
     if table.empty:
         return "% No finished test-split cells.\n"
-    lines = []
-    for title, heads, cells in _sections(table):
-        lines += [f"% {latex_escape(title)}", r"\begin{tabular}{llr" + "l" * (len(heads) - 3) + "}", r"\toprule",
+    lines = [r"% Tables of bench report: the preamble needs \usepackage{booktabs}.", ""]
+    labels: set[str] = set()
+    for title, meaning, heads, cells in _sections(table):
+        label = _latex_label(title, labels)
+        lines += [r"\begin{table}[htbp]", r"\centering", rf"\caption{{{latex_escape(title)}. {latex_escape(meaning)}}}",
+                  rf"\label{{{label}}}", r"\begin{tabular}{llr" + "l" * (len(heads) - 3) + "}", r"\toprule",
                   " & ".join(latex_escape(h) for h in heads) + r" \\", r"\midrule"]
         lines += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in cells]
-        lines += [r"\bottomrule", r"\end{tabular}", ""]
+        lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
     return "\n".join(lines)
+
+
+def _latex_label(title: str, taken: set[str]) -> str:
+    """Returns a unique ``\\label`` key of ASCII letters, digits and dashes for a table's title."""
+    stem = "tab:privbench-" + (re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:60].strip("-") or "table")
+    label, number = stem, 2
+    while label in taken:
+        label, number = f"{stem}-{number}", number + 1
+    taken.add(label)
+    return label
 
 
 def to_csv_text(table: pd.DataFrame) -> str:

@@ -37,7 +37,9 @@ __all__ = [
     "competition_ranks",
     "hypervolume_noise",
     "mean_estimate",
+    "mean_interval",
     "paired_comparison",
+    "score_noise",
     "stable_seed",
 ]
 
@@ -200,6 +202,56 @@ def mean_estimate(
         clipped = low < bounds[0] or high > bounds[1]
         low, high = max(low, bounds[0]), min(high, bounds[1])
     return Estimate(mean, low, high, std, int(arr.size), clipped)
+
+
+def score_noise(se: float, rng: np.random.Generator, draws: int = NOISE_DRAWS) -> np.ndarray | None:
+    """Returns zero-mean deviations of one seed's score under its within-run standard error.
+
+    The scalar counterpart of :func:`hypervolume_noise`, for :func:`mean_estimate`'s ``noise``.
+
+    Args:
+        se: The score's standard error within the run (NaN or 0: none known).
+        rng: Random generator.
+        draws: Number of redraws.
+
+    Returns:
+        Array (draws,) of deviations, or None without a positive finite ``se``.
+    """
+    if not (math.isfinite(se) and se > 0):
+        return None
+    deviations = rng.normal(0.0, se, size=draws)
+    return deviations - deviations.mean()
+
+
+def mean_interval(values: Sequence[float], errors: Sequence[float], *, seed: int = 0,
+                  level: float = LEVEL) -> tuple[float, float]:
+    """Returns the mean over seeds of a score and the half-width of its interval, within-seed noise included.
+
+    With two or more seeds it is :func:`mean_estimate`'s two-level bootstrap (seeds
+    resampled, each seed's score redrawn under its ``errors``); with one seed, the seed's own
+    interval (normal, ``errors[0]``), NaN when it records none.
+
+    Args:
+        values: One score per seed.
+        errors: Its standard error within each seed's run (NaN: unknown, counted as 0).
+        seed: Seed of the bootstrap.
+        level: Confidence level.
+
+    Returns:
+        ``(mean, half_width)``; ``(nan, nan)`` without values.
+    """
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        return math.nan, math.nan
+    se = np.asarray(errors, dtype=float).reshape(-1)
+    if arr.size == 1:
+        from scipy.stats import norm
+
+        half = float(norm.ppf(0.5 + level / 2.0) * se[0]) if math.isfinite(se[0]) else math.nan
+        return float(arr[0]), half
+    rng = np.random.default_rng(seed)
+    estimate = mean_estimate(arr, [score_noise(float(e), rng) for e in se], seed=seed, level=level)
+    return estimate.mean, (estimate.high - estimate.low) / 2.0
 
 
 def paired_comparison(

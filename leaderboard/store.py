@@ -226,7 +226,8 @@ def read_entries(folder: str | Path = ENTRIES_DIR,
     """Returns one row per cell of every ``*.json`` entry in a folder, and the entries' declarations.
 
     Each entry is checked (:func:`leaderboard.verification.check_entry`): its declaration
-    says why it is unverified, and each row carries the ``audit`` verdict of its claim.
+    says why it is unverified, and each row carries the ``audit`` verdict of its claim and
+    its ``tuning_cost`` note (what ``bench submit`` copied of its run's ``bench.tuning_cost`` tag).
 
     Raises:
         BenchError: A malformed entry, or two entries with one name.
@@ -251,7 +252,8 @@ def read_entries(folder: str | Path = ENTRIES_DIR,
         for cell in entry["cells"]:
             result = Result.from_dict(cell)
             rows.append({**result.to_dict(), "source": f"entry:{name}", "run_id": str(cell.get("run_id", "")),
-                         "overrides": cell.get("overrides", default), "audit": check.audits.get(result.cell_key, "")})
+                         "overrides": cell.get("overrides", default), "audit": check.audits.get(result.cell_key, ""),
+                         "tuning_cost": str(cell.get("tuning_cost") or "")})
     return pd.DataFrame(rows), declarations
 
 

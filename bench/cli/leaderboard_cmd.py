@@ -45,7 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Checks ENTRY as the board does (mechanism registered, cells matching their result digests, "
                     "claims with a passed audit), then recomputes a seeded random sample of its cells by the normal "
                     "cell path and compares each number with the entry's: equal on the same hardware (CPU model "
-                    "and threads, or GPU), within the cell's stated 95%% CI on other hardware. Exit 0 when the "
+                    "and threads, or GPU), within the cell's stated 95% CI on other hardware. Exit 0 when the "
                     "entry is verified and every sampled cell matches, 1 otherwise, 2 on a usage error.")
     verify.add_argument("entry", type=path_arg, metavar="ENTRY", help="an entry JSON file (leaderboard/entries/*.json)")
     verify.add_argument("--sample", default=str(DEFAULT_SAMPLE), metavar="K",
@@ -167,14 +167,19 @@ def build_site_from(args: argparse.Namespace) -> Path:
 
     from bench.storage.folders import check_writable_folder
     from leaderboard.render import build_site
+    from leaderboard.sheets import entry_sheets
     from leaderboard.store import sample_sheets
 
     out = site_folder(args)
     check_writable_folder("--out", out)
     board, frame, tracker = collect(args)
+    submitted, notes = ({}, []) if args.no_entries else entry_sheets(entries_dir(args))
+    for note in notes:
+        print(f"[bench] warning: {note}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sheets = sample_sheets(tracker, frame, tmp) if tracker is not None else {}
+        # A mechanism with local runs shows its newest run's sheet; a submitted one the sheet its entry carries.
+        sheets = {**submitted, **(sample_sheets(tracker, frame, tmp) if tracker is not None else {})}
         index = build_site(board, out, sheets)
     return index
 

@@ -17,9 +17,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench report``."""
     p = subparsers.add_parser("report", help="paper-style tables of the results (markdown, latex, csv)",
                               description="One row per configuration (mechanism, parameters, training method) and "
-                                          "benchmark: utility as mean ± 95%% CI over seeds, privacy as mean (sd), "
-                                          "claims typed by unit, the training claim beside the mechanism's. "
-                                          "Test-split cells only; one table per benchmark, profile and data.")
+                                          "benchmark: utility and privacy as mean ± the half-width of a 95% CI "
+                                          "(over seeds; privacy with its within-seed noise), claims typed by unit, "
+                                          "the training claim beside the mechanism's. Test-split cells only; one "
+                                          "table per benchmark, profile, data and number of seeds, so one-seed "
+                                          "cells are never pooled with means over seeds. LaTeX: booktabs tables "
+                                          "in table floats with a caption saying what ± means.")
     p.add_argument("--format", default="markdown", choices=FORMATS, help="markdown (default), latex or csv")
     p.add_argument("--benchmark", default=None, help="only this benchmark")
     p.add_argument("--profile", default=None, help="only cells of this profile")

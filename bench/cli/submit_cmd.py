@@ -52,6 +52,7 @@ def submit(args: argparse.Namespace) -> int:
     from bench.cli.leaderboard_cmd import entries_dir
     from bench.core.registry import mechanisms
     from bench.scale.grid import expand
+    from bench.storage.tracking import Tracker
 
     load_plugins(args)
     names = split_names(args.mechanism)
@@ -75,8 +76,10 @@ def submit(args: argparse.Namespace) -> int:
         raise BenchError(f"{len(summary.failed)} of {len(cells)} cells failed (listed above); no entry written, "
                          "rerun to retry them")
     entry = build_entry(args, EntryParts(name, mechanism_cls, suite, cells, checks, audit), summary, where)
+    sheet = attach_sheet(entry, folder, [o.run_id for o in summary.outcomes],
+                         Tracker(where.results_dir, where.tracking_uri))
     path = write_entry(entry, folder)
-    print(f"entry written: {path} ({len(entry['cells'])} cells)")
+    print(f"entry written: {path} ({len(entry['cells'])} cells)" + (f"; sample sheet: {sheet}" if sheet else ""))
     _print_rows(entry)
     return 0
 
@@ -224,8 +227,9 @@ def build_entry(args, parts: EntryParts, summary, where) -> dict[str, Any]:
     for outcome in summary.outcomes:
         result = outcome.result or tracker.load_result(outcome.run_id)
         # The digest its run logged: the board checks what the entry states against it without the store.
-        cells.append({**result.to_dict(), "run_id": outcome.run_id, "overrides": overrides,
-                      DIGEST_FIELD: result_digest(result.to_json().encode())})
+        cell = {**result.to_dict(), "run_id": outcome.run_id, "overrides": overrides,
+                DIGEST_FIELD: result_digest(result.to_json().encode())}
+        cells.append({**cell, **_tuning_cost(tracker, outcome.run_id)})
     fingerprints = {c["dataset"]: c["dataset_fingerprint"] for c in cells}
     return {
         "schema": ENTRY_SCHEMA,
@@ -247,6 +251,43 @@ def build_entry(args, parts: EntryParts, summary, where) -> dict[str, Any]:
         "tracking_uri": where.tracking_uri,
         "cells": sorted(cells, key=lambda c: (c["task"], c["seed"], json.dumps(c["params"], sort_keys=True, default=str))),
     }
+
+
+def _tuning_cost(tracker, run_id: str) -> dict[str, str]:
+    """Returns ``{"tuning_cost": note}`` for a run 'bench tune' selected on private records (its tag), else {}."""
+    from bench.scale.tune_cost import TUNING_COST_TAG
+
+    try:
+        note = tracker.client.get_run(run_id).data.tags.get(TUNING_COST_TAG, "")
+    except Exception:  # a run the store no longer has carries no tag to copy
+        note = ""
+    return {"tuning_cost": note} if note else {}
+
+
+def attach_sheet(entry: dict[str, Any], folder: Path, run_ids: list[str], tracker) -> Path | None:
+    """Writes the sample sheet of one of the entry's runs beside its file and records it in the entry.
+
+    The board shows it on the mechanism's page once it hashes to the recorded digest
+    (:mod:`leaderboard.sheets`).
+
+    Args:
+        entry: The entry (gains ``sample_sheet``: its file name and SHA-256).
+        folder: The entries folder.
+        run_ids: The entry's runs, in order of preference.
+        tracker: The store they are in.
+
+    Returns:
+        The sheet's path, or None when no run logged one.
+    """
+    from leaderboard.sheets import SHEET_FIELD, run_sheet, write_entry_sheet
+
+    data = run_sheet(tracker, run_ids)
+    if data is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    target = entry_path(folder, str(entry["name"]))
+    entry[SHEET_FIELD] = write_entry_sheet(data, target)
+    return target.with_suffix(".png")
 
 
 def entry_path(folder: Path, name: str) -> Path:

@@ -57,7 +57,8 @@ def test_a_withheld_claim_is_shown_withheld_and_never_as_a_formal_claim():
     assert "WITHHELD for train" in render_terminal(leaderboard)
     assert "WITHHELD for train" in render_markdown(leaderboard)
     report = report_table(pd.DataFrame(entry("latent", claim=LATENT)))
-    assert set(report["claim"]) == {"eps=100 [latent (clipped)] (withheld for train) (unaudited)"}
+    # One status per claim (issue 43 item 4 / agentL item 10): withheld, not also "(unaudited)".
+    assert set(report["claim"]) == {"eps=100 [latent (clipped)] (withheld for train)"}
     assert claim_text(100.0, "latent (clipped)", "train").startswith("withheld ε=100")
 
 
