@@ -1,6 +1,16 @@
 """The membership adversary's one-run audit of DP-SGD training (Steinke, Nasr & Jagielski 2023).
 
-``canaries`` images of the population split, each given a wrong label (a seeded random
+Two kinds of canaries (``canary_kind``):
+
+- ``gradient`` (the default; white-box, their §6): canaries are gradients the auditor
+  chooses, added to the training of the cell's method exactly as records are (sampled,
+  clipped-size, noised) and scored from every step's noisy gradient, with the other
+  records' contribution subtracted (:mod:`bench.privacy.dpsgd.canaries`). Beside the bound,
+  ``audit.epsilon_exact`` is the bound the same audit gives on an exact simulation of the
+  plan (σ, q, steps; the median of 20 simulations, with their 5-95% range): a bound far
+  above it means the training adds less noise than its plan says; a bound above the claim
+  refutes the claim.
+- ``input`` (black-box): ``canaries`` images of the population split, each given a wrong label (a seeded random
 other class, so that a model that trains on one must memorise it), are each included in
 the training set by a seeded fair coin; one model is trained by the cell's method (last
 epoch; the canaries count as training records in its accounting) on the release's train
@@ -28,6 +38,10 @@ from bench.randomness.seeding import make_generator
 from bench.storage.cache import warn
 
 
+EXACT_SIMULATIONS = 20
+"""Simulations of an exact implementation of the plan behind ``audit.epsilon_exact`` (median, 5-95% range)."""
+
+
 def canary_set(population: ImageSet, count: int, classes: int, seed: int) -> tuple[ImageSet, np.ndarray]:
     """Returns ``count`` mislabelled canaries drawn from ``population`` and their inclusion coins.
 
@@ -45,9 +59,61 @@ def canary_set(population: ImageSet, count: int, classes: int, seed: int) -> tup
     return ImageSet(images=chosen.images, labels=labels), coins.numpy()
 
 
+def gradient_audit_metrics(task: Any, clean: Splits, released: Release, claim: Any, delta: float, classes: int,
+                           cfg: Any, ctx: RunContext) -> dict[str, float]:
+    """Returns the white-box one-run audit's metrics (``audit.*``), of the cell's training and the non-private one.
+
+    Args:
+        task: The cell's task (``canary_audit_run`` trains with the canaries).
+        clean: The clean splits.
+        released: The release.
+        claim: The cell's DP-SGD training claim (None: only the non-private audit runs).
+        delta: The claim's delta.
+        classes: Number of classes.
+        cfg: The adversary's settings (``canaries``, ``confidence``).
+        ctx: The run.
+    """
+    from bench.privacy.dpsgd.canaries import simulated_scores
+    from bench.randomness.seeding import derive_seed
+
+    count = cfg.canaries
+    coins = (torch.rand(count, generator=make_generator(ctx.seed, "membership", "gradient canary coins")) < 0.5).numpy()
+    beta = 1.0 - cfg.confidence
+    out = {"audit.canaries_requested": float(count), "audit.gradient_canaries": 1.0,
+           "audit.confidence": float(cfg.confidence)}
+    runs = [("_clean", clean["train"], clean.fingerprint, False)]
+    if claim is not None:
+        runs.insert(0, ("", released.splits["train"], released.key, True))
+    for suffix, train, key, private in runs:
+        ctx.log(f"membership: one-run audit with {int(coins.sum())} of {count} gradient canaries included "
+                f"({'the cell' if private else 'non-private'})")
+        try:
+            run = task.canary_audit_run(train, key, private, coins, classes, ctx)
+        except ValueError as exc:  # no parameter tensor large enough for the canaries
+            warn(f"attack 'membership': no gradient-canary audit ({exc}); lower membership.canaries")
+            return out
+        got = one_run_audit(run["scores"], coins, delta, beta=beta)
+        out.update({f"audit.{k}{suffix}": v for k, v in got.items()})
+        out[f"audit.canary_norm{suffix}"] = float(run["norm"])
+        out[f"audit.steps{suffix}"] = float(run["steps"])
+        if private and run["noise_std"] > 0:
+            exact = [one_run_audit(simulated_scores(coins, run["norm"] / run["noise_std"], run["sample_rate"],
+                                                    run["steps"], derive_seed(ctx.seed, "membership", "exact plan", i)),
+                                   coins, delta, beta=beta)["epsilon_lower_bound"] for i in range(EXACT_SIMULATIONS)]
+            out["audit.epsilon_exact"] = float(np.median(exact))
+            out["audit.epsilon_exact_p05"], out["audit.epsilon_exact_p95"] = (float(v) for v in
+                                                                              np.quantile(exact, [0.05, 0.95]))
+            out["audit.claim_epsilon"] = float(claim.epsilon)
+            out["audit.refutes_claim"] = float(got["epsilon_lower_bound"] > claim.epsilon)
+            if got["epsilon_lower_bound"] > claim.epsilon:
+                warn(f"attack 'membership': the one-run audit's epsilon lower bound {got['epsilon_lower_bound']:.3g} "
+                     f"exceeds the claimed epsilon {claim.epsilon:g}: the training does not meet its claim")
+    return out
+
+
 def audit_metrics(task: Any, clean: Splits, released: Release, private: bool, classes: int, delta: float,
                   cfg: Any, ctx: RunContext) -> dict[str, float]:
-    """Returns the one-run audit's metrics (``audit.*``) of the cell's training, and of the non-private one.
+    """Returns the black-box (input canary) one-run audit's metrics (``audit.*``), of the cell and the non-private twin.
 
     The cell's own audit runs only for a DP-SGD claim (``private``); the non-private
     audit always runs, as the measure of the audit's strength (``audit.*_clean``).
@@ -66,7 +132,7 @@ def audit_metrics(task: Any, clean: Splits, released: Release, private: bool, cl
     if count < cfg.canaries:
         warn(f"attack 'membership': {cfg.canaries} canaries asked, the population split has {count}; "
              f"reduced to {count}")
-    out = {"audit.canaries_requested": float(cfg.canaries)}
+    out = {"audit.canaries_requested": float(cfg.canaries), "audit.confidence": float(cfg.confidence)}
     if count < 2:
         warn(f"attack 'membership': {count} canaries cannot be audited (at least 2); no one-run audit")
         return out

@@ -67,6 +67,8 @@ class MembershipConfig:
         rmia_gamma: RMIA's likelihood-ratio threshold gamma.
         confidence: Confidence of the epsilon lower bounds.
         canaries: Canaries of the one-run audit (0: no audit).
+        canary_kind: ``gradient`` (white-box gradient canaries in the training's noisy
+            steps) or ``input`` (mislabelled images, scored by the trained model's loss).
     """
 
     members: int = setting(1000, low=10)
@@ -77,6 +79,7 @@ class MembershipConfig:
     rmia_gamma: float = setting(1.0, low=0.0, low_open=True)
     confidence: float = setting(0.95, low=0.5, high=0.999)
     canaries: int = setting(0, low=0)
+    canary_kind: str = setting("gradient", choices=("gradient", "input"))
 
 
 @register_attack("membership")
@@ -91,7 +94,7 @@ class Membership(Attack):
     validation: ClassVar[bool] = True
     requires: ClassVar[str] = "trained_classifier"
     config_class: ClassVar[type] = MembershipConfig
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
 
     def config_dict(self) -> dict[str, Any]:
         """Returns the resolved settings."""
@@ -120,7 +123,7 @@ class Membership(Attack):
 
     def run(self, clean: Splits, released: Release, ctx: RunContext) -> AttackOutcome:
         """Attacks the model trained on the release, and the non-private one on clean images."""
-        from attacks._membership_audit import audit_metrics
+        from attacks._membership_audit import audit_metrics, gradient_audit_metrics
         from tasks.class_metrics import class_count
 
         task = ctx.task
@@ -156,7 +159,14 @@ class Membership(Attack):
         got, ref = on_release[strongest], on_clean[strongest]
         metrics.update({"tpr": got["tpr"], "tpr_se": got["tpr_se"], "tpr_clean": ref["tpr"],
                         "tpr_se_clean": ref["tpr_se"], "auc": got["auc"], "auc_clean": ref["auc"]})
-        if cfg.canaries:
+        kind = cfg.canary_kind
+        if kind == "gradient" and claim is not None and task.config.training.clipping == "per_layer_median":
+            warn("attack 'membership': gradient canaries cannot audit per_layer_median clipping (its noise scale "
+                 "depends on the data); the one-run audit uses input canaries")
+            kind = "input"
+        if cfg.canaries and kind == "gradient":
+            metrics.update(gradient_audit_metrics(task, clean, released, claim, delta, classes, cfg, ctx))
+        elif cfg.canaries:
             metrics.update(audit_metrics(task, clean, released, claim is not None, classes, delta, cfg, ctx))
         return AttackOutcome(metrics, value=got["tpr"], clean=ref["tpr"], chance=fpr, trials=None,
                              pvalue=ref["tpr_pvalue"], value_se=got["tpr_se"], clean_se=ref["tpr_se"])

@@ -42,6 +42,8 @@ from bench.storage.modelcache import cached_model
 from tasks.class_metrics import class_count, topk_accuracy
 
 MODEL_VERSION = 1
+CANARY_VERSION = 2
+"""Version of the gradient-canary audit run (its cache key)."""
 TRAINED_CLASSIFIER = "trained_classifier"
 """What :class:`DpVit` provides to adversaries: its trained models (see :class:`Classifier`)."""
 UNIT = "training record (DP-SGD)"
@@ -257,6 +259,56 @@ class DpVit(Task):
         return [self._trained(images.subset(index), ("reference", data_key, i, index.tolist()), method, classes, ctx,
                               seed=derive_seed(ctx.seed, "dp_vit", "reference", i))
                 for i, index in enumerate(subsets)]
+
+    def canary_audit_run(self, train: ImageSet, data_key: str, private: bool, included: Any, classes: int,
+                         ctx: RunContext) -> dict[str, Any]:
+        """Trains once with gradient canaries (:mod:`bench.privacy.dpsgd.canaries`) and returns their scores.
+
+        The model is trained like the target (method, schedule, model, the run's seed) on
+        ``train``; only the canaries' gradients are added, and nothing trained is kept. With
+        fusion only the first model carries canaries (a view of part of the release, so the
+        bound stays valid). Cached by content.
+
+        Args:
+            train: The training records (the release's train split, or the clean one).
+            data_key: Content key of ``train``.
+            private: Audit this cell's method (True) or its non-private twin.
+            included: Each canary's inclusion coin, bool [m].
+            classes: Number of classes.
+            ctx: The run.
+
+        Returns:
+            ``scores`` (float64 [m]), ``steps``, ``norm`` (each canary's gradient norm),
+            ``support`` (parameter tensors used), ``noise_std`` (σ·C; 0 when non-private) and
+            ``sample_rate``.
+        """
+        import hashlib
+
+        import numpy as np
+
+        from bench.core.keys import content_key
+        from bench.privacy.dpsgd.canaries import GradientCanaries
+        from bench.storage.cache import Cache
+
+        coins = np.asarray(included, dtype=bool)
+        method = replace(self.config.training, selection="fixed") if private else self.nonprivate_method()
+        size = int(train.images.shape[-1])
+        key = content_key("dp_vit-gradient-canaries", CANARY_VERSION, MODEL_VERSION, data_key,
+                          asdict(self.config.model), asdict(method), asdict(self.config.schedule), ctx.seed,
+                          classes, size, hashlib.sha256(coins.tobytes()).hexdigest())
+
+        def run() -> dict[str, Any]:
+            canaries = GradientCanaries(coins, ctx.seed)
+            trained = train_private(lambda: build_vit(size, **self._model_kwargs(classes)), train.images,
+                                    train.labels, method, self.config.schedule, ctx.seed, ctx.device,
+                                    progress=ctx.progress, canaries=canaries)
+            sigma = float(trained.report.get("noise_multiplier", 0.0) or 0.0)
+            return {"scores": torch.from_numpy(canaries.scores), "steps": canaries.steps, "norm": canaries.norm,
+                    "support": canaries.support, "noise_std": sigma * method.max_grad_norm if private else 0.0,
+                    "sample_rate": float(trained.report.get("sample_rate", 0.0) or 0.0)}
+
+        out, _ = Cache(ctx.cache_dir).get_or_build("audits", key, run, describe=f"gradient canaries: {data_key}"[:300])
+        return {**out, "scores": np.asarray(out["scores"], dtype=np.float64)}
 
     def nonprivate_method(self) -> TrainingMethod:
         """The non-private reference's method: one ViT, same schedule, no clipping or noise, last epoch.

@@ -97,6 +97,9 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
         lines.append("training claim: " + claim_text(training))
         if training.get("note"):
             lines.append(f"  note: {training['note']}")
+        audit = _one_run_audit(result.attacks.get("membership", {}))
+        if audit:
+            lines.append(f"  audit: {audit}")
     chain = result.images
     if chain:
         native = chain["native"]["median"]
@@ -113,9 +116,30 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
         lines.append("  stages: " + ", ".join(f"{stage} {result.stage_seconds[stage]:.1f} s" for stage in stages))
     if run_id:
         lines.append(f"logged: MLflow run {run_id}" + (f" in {where}" if where else ""))
-    lines.append("(* primary utility metric; privacy = 1 - retained attack advantage over chance, ± its standard "
-                 "error)")
+    lines.append("(* primary utility metric, ± its 95% interval's half-width; privacy = 1 - retained attack advantage "
+                 "over chance, ± its standard error)")
     return "\n".join(lines)
+
+
+def _one_run_audit(metrics: dict) -> str:
+    """Returns the one-run canary audit of the training claim in words ('' when none ran)."""
+    bound = metrics.get("audit.epsilon_lower_bound")
+    if bound is None:
+        return ""
+    kind = "gradient" if metrics.get("audit.gradient_canaries") else "input"
+    text = (f"one-run audit with {int(metrics.get('audit.canaries', 0)):,} {kind} canaries: epsilon >= {bound:.3g} "
+            f"at {100 * metrics.get('audit.confidence', 0.95):g}% confidence (ceiling "
+            f"{metrics.get('audit.epsilon_ceiling', float('nan')):.3g}")
+    if "audit.epsilon_exact" in metrics:
+        text += f"; an exact implementation of the plan: {metrics['audit.epsilon_exact']:.3g}"
+        if "audit.epsilon_exact_p05" in metrics:
+            text += f" ({metrics['audit.epsilon_exact_p05']:.3g}-{metrics['audit.epsilon_exact_p95']:.3g})"
+    if "audit.epsilon_lower_bound_clean" in metrics:
+        text += f"; non-private twin: {metrics['audit.epsilon_lower_bound_clean']:.3g}"
+    text += ")"
+    if metrics.get("audit.refutes_claim"):
+        text += " - REFUTES the claim"
+    return text
 
 
 def group_rows(groups: dict) -> tuple[list[str], list[list[str]], list[str]]:

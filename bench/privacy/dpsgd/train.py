@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from bench.errors import BenchError
 from bench.privacy.dpsgd import accounting
+from bench.privacy.dpsgd.canaries import GradientCanaries
 from bench.privacy.dpsgd.fusion import fuse
 from bench.privacy.dpsgd.method import Plan, Schedule, TrainingMethod, accounting_facts, plan_facts, plan_training
 from bench.randomness.seeding import derive_seed, make_generator
@@ -48,7 +49,8 @@ class Trained:
 def train_private(build: Callable[[], nn.Module], images: torch.Tensor, labels: torch.Tensor,
                   method: TrainingMethod, schedule: Schedule, seed: int, device: str | torch.device,
                   val: tuple[torch.Tensor, torch.Tensor] | None = None,
-                  progress: Callable = lambda it, total=None, desc=None: it) -> Trained:
+                  progress: Callable = lambda it, total=None, desc=None: it,
+                  canaries: GradientCanaries | None = None) -> Trained:
     """Trains one model (two when fused) by ``method`` and reports what the training spent.
 
     Private methods use Opacus with Poisson sampling: ``flat`` and ``per_layer`` through
@@ -67,6 +69,8 @@ def train_private(build: Callable[[], nn.Module], images: torch.Tensor, labels: 
         device: Where to train.
         val: Validation (images, labels), required by ``selection="private_val"``.
         progress: Wraps an iterable to show progress (``tqdm``-like).
+        canaries: Gradient canaries of a one-run audit, added to the first model's training and
+            scored from its per-step noisy gradients (:mod:`bench.privacy.dpsgd.canaries`).
 
     Raises:
         BenchError: Invalid settings, mismatched inputs, a missing validation set, or an
@@ -79,7 +83,8 @@ def train_private(build: Callable[[], nn.Module], images: torch.Tensor, labels: 
     plan = plan_training(method, schedule, n)
     device = torch.device(device)
     selector = _Selector(method, val, seed)
-    runs = [_Run(build, images[idx], labels[idx].long(), method, schedule, plan, seed, k, device)
+    runs = [_Run(build, images[idx], labels[idx].long(), method, schedule, plan, seed, k, device,
+                 canaries if k == 0 else None)
             for k, idx in enumerate(_partition(n, method, seed))]
     report: dict[str, float | str] = {**plan_facts(method, plan), "label": method.label()}
     for epoch in progress(range(1, schedule.epochs + 1), total=schedule.epochs, desc="dp_vit training"):
@@ -184,7 +189,8 @@ class _Run:
     """One model in training: its module, optimiser, loader and (private) accountant."""
 
     def __init__(self, build: Callable[[], nn.Module], images: torch.Tensor, labels: torch.Tensor,
-                 method: TrainingMethod, schedule: Schedule, plan: Plan, seed: int, index: int, device: torch.device):
+                 method: TrainingMethod, schedule: Schedule, plan: Plan, seed: int, index: int, device: torch.device,
+                 canaries: GradientCanaries | None = None):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(seed, "dp_vit", "init", index))
             model = build()
@@ -198,10 +204,12 @@ class _Run:
                                   weight_decay=schedule.weight_decay)
         data = TensorDataset(images, labels)
         sampling = make_generator(seed, "dp_vit", "sampling", index)
-        self.accountant = None
+        self.accountant, self.canaries = None, canaries
         if not method.private:
             self.model, self.opt = model, opt
             self.loader = DataLoader(data, batch_size=schedule.batch_size, shuffle=True, generator=sampling)
+            if canaries is not None:
+                canaries.bind(params, method.max_grad_norm, method.max_grad_norm)
             return
         from opacus import GradSampleModule, PrivacyEngine
         from opacus.accountants import create_accountant
@@ -213,6 +221,9 @@ class _Run:
         loader.batch_sampler.steps = plan.steps_per_epoch  # Opacus's int(1 / q) can round 1/(1/93) down to 92
         noise = make_generator(seed, "dp_vit", "noise", index, device=device)
         sigma, bound = plan.noise_multiplier, method.max_grad_norm
+        if method.clipping == "per_layer_median" and canaries is not None:
+            raise BenchError("gradient canaries cannot audit per_layer_median clipping (its noise scale depends "
+                             "on the data); audit it with input canaries (membership.canary_kind=input)")
         if method.clipping == "per_layer_median":
             model = GradSampleModule(model, loss_reduction="mean")
             opt = MedianPerLayerOptimizer(opt, noise_multiplier=sigma, alpha=method.alpha,
@@ -231,6 +242,8 @@ class _Run:
                                                          noise_generator=noise)
             opt.expected_batch_size = plan.expected_batch_size
             self.accountant = engine.accountant
+            if canaries is not None:
+                _attach(canaries, opt, plan, bound)
         self.model, self.opt, self.loader = model, opt, loader
 
     def epoch(self) -> float:
@@ -238,9 +251,11 @@ class _Run:
         self.model.train()
         total, count = torch.zeros((), device=self.device), 0
         params = [p for p in self.model.parameters() if p.requires_grad]
+        mean_canaries = self.canaries if self.accountant is None else None
+        at = mean_canaries.epoch_schedule(len(self.loader)) if mean_canaries is not None else None
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
-            for x, y in self.loader:
+            for step, (x, y) in enumerate(self.loader):
                 self.opt.zero_grad(set_to_none=True)
                 if len(x) == 0:  # an empty Poisson batch is still a step: noise only
                     for p in params:
@@ -251,6 +266,9 @@ class _Run:
                 x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
                 loss = F.cross_entropy(self.model(x), y)
                 loss.backward()
+                if mean_canaries is not None:
+                    mean_canaries.add_to_mean(params, len(x), at, step)
+                    mean_canaries.observe_mean(params, len(x))
                 self.opt.step()
                 self.steps += 1
                 total += loss.detach() * len(x)
@@ -276,6 +294,36 @@ class _Run:
                 del p.summed_grad
             p.grad = None
         return model.eval()
+
+
+def _attach(canaries: GradientCanaries, opt: torch.optim.Optimizer, plan: Plan, bound: float) -> None:
+    """Wraps the DP optimiser's steps: canaries go through its clipping into the sum, are scored after the noise.
+
+    The scores assume the plan's noise (σ times the bound C): the audit tests what the
+    claim says, whatever the optimiser does.
+    """
+    params = list(opt.params)
+    per_layer = list(getattr(opt, "max_grad_norms", None) or [bound] * len(params))
+    canaries.bind(params, [float(b) for b in per_layer], float(bound))
+    noise_std = float(plan.noise_multiplier * bound)
+    clip_and_accumulate, add_noise = opt.clip_and_accumulate, opt.add_noise
+
+    def clip_records_then_canaries() -> None:
+        clip_and_accumulate()
+        canaries.note_others(params)
+        records = [p.grad_sample for p in params]
+        for rows in canaries.sampled_rows(params, plan.sample_rate):
+            for p, row in zip(params, rows):
+                p.grad_sample = row
+            clip_and_accumulate()
+        for p, kept in zip(params, records):
+            p.grad_sample = kept
+
+    def noisy_step() -> None:
+        add_noise()
+        canaries.observe_noisy(params, noise_std, plan.sample_rate)
+
+    opt.clip_and_accumulate, opt.add_noise = clip_records_then_canaries, noisy_step
 
 
 class _Selector:
