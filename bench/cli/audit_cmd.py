@@ -35,8 +35,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument("--mechanism-file", type=path_arg, default=None, help="a Python file that registers a mechanism")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress (default on a terminal outside CI)")
-    p.add_argument("-v", "--verbose", action="store_true", help="progress lines even when stderr is not a terminal")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument("-v", "--verbose", action="store_true", help="progress lines (the default; kept for older scripts)")
     p.set_defaults(func=audit)
 
 
@@ -85,7 +85,7 @@ def audit(args: argparse.Namespace) -> int:
     mechanism = mechanisms.get(args.mechanism)(**parse_assignments(args.param))
     if auto:
         config = dataclasses.replace(config, trials=gate_trials(mechanism, config.confidence, AUTO_MAX_TRIALS))
-    with Display(interactive=interactive() and not args.quiet, lines=args.verbose and not args.quiet) as display:
+    with Display(interactive=interactive() and not args.quiet, lines=not args.quiet) as display:
         emitter = display.emitter()
         emitter.start(f"audit {args.mechanism}")
         report = audit_mechanism(mechanism, config, emitter.progress)
