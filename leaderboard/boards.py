@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from leaderboard.cells import TUNING_NOT_IN_EPSILON, average_reruns, cells_frame
+from leaderboard.cells import REFUTED, TUNING_NOT_IN_EPSILON, average_reruns, cells_frame
 from leaderboard.declare import Declaration, DeclaredCell
 from leaderboard.pareto import hypervolume_2d
 from leaderboard.protocol import MIN_SEEDS, TEST_SPLIT, BoardKey
@@ -332,12 +332,14 @@ def _claim_type(cells: pd.DataFrame) -> str:
 
 
 def _training_type(label: str) -> str:
-    """``training record (DP-SGD)``, ``training: non-private`` or ``training record (DP-SGD), UNBACKED``.
+    """``training record (DP-SGD)`` or ``training: non-private``; ``, UNBACKED`` or ``, REFUTED by its one-run audit``.
 
     A claim whose settings were tuned on the private records adds ``, tuning cost not in ε``.
     """
     if "UNBACKED" in label:
         return "training record (DP-SGD), UNBACKED"
+    if REFUTED in label:
+        return f"training record (DP-SGD), {REFUTED}"
     if label.endswith("non-private"):
         return "training: non-private"
     if label.endswith(f"({TUNING_NOT_IN_EPSILON})"):

@@ -14,6 +14,7 @@ from bench.system import precision
 from leaderboard.protocol import BoardKey, board_overrides, canonical_params, canonical_settings
 
 __all__ = [
+    "REFUTED",
     "CELL_COLUMNS",
     "NO_ADVERSARY",
     "average_reruns",
@@ -24,6 +25,7 @@ __all__ = [
     "withheld_text",
     "most_common",
     "params_label",
+    "training_audit_text",
     "training_claim_label",
 ]
 
@@ -159,11 +161,12 @@ TUNING_NOT_IN_EPSILON = "tuning cost not in ε"
 """Marks a training claim whose DP-SGD settings a tuning study selected on the private records."""
 
 
-def training_claim_label(claim: dict[str, Any] | None, tuning_cost: str = "") -> str:
+def training_claim_label(claim: dict[str, Any] | None, tuning_cost: str = "", audit: str = "") -> str:
     """Formats a training claim: ``DP-SGD(flat, ε=3): eps=3, delta=1e-05 [training record (DP-SGD)]``.
 
     A claim the code cannot back reads ``UNBACKED (nominal eps=3 ...)``: never a plain epsilon.
-    One whose settings ``bench tune`` selected on the private records (``tuning_cost``, the
+    Its one-run audit (``audit``, :func:`training_audit_text`) follows in parentheses. One
+    whose settings ``bench tune`` selected on the private records (``tuning_cost``, the
     run's ``bench.tuning_cost`` tag) ends ``(tuning cost not in ε)``.
     """
     if not claim:
@@ -172,10 +175,30 @@ def training_claim_label(claim: dict[str, Any] | None, tuning_cost: str = "") ->
     text = claim_label(epsilon, delta, _text(claim.get("unit"))) if math.isfinite(epsilon) else "non-private"
     if not claim.get("backed", True):
         text = f"UNBACKED (nominal {text})"
+    if audit and math.isfinite(epsilon):
+        text = f"{text} ({audit})"
     if tuning_cost and math.isfinite(epsilon):
         text = f"{text} ({TUNING_NOT_IN_EPSILON})"
     method = _text(claim.get("method"))
     return f"{method}: {text}" if method else text
+
+
+REFUTED = "REFUTED by its one-run audit"
+"""Marks a training claim whose one-run canary audit bounds epsilon above the claim."""
+
+
+def training_audit_text(attacks: dict[str, Any] | None) -> str:
+    """Returns what the membership adversary's one-run audit showed of a training claim ('' when none ran).
+
+    ``one-run audit: eps >= 2.43 (ceiling 4.52)``, or ``REFUTED by its one-run audit: eps >= 9.1``.
+    """
+    metrics = (attacks or {}).get("membership")
+    bound = _number(metrics.get("audit.epsilon_lower_bound")) if isinstance(metrics, dict) else math.nan
+    if not math.isfinite(bound):
+        return ""
+    if _number(metrics.get("audit.refutes_claim")) == 1.0:
+        return f"{REFUTED}: eps >= {bound:.3g}"
+    return f"one-run audit: eps >= {bound:.3g} (ceiling {_number(metrics.get('audit.epsilon_ceiling')):.3g})"
 
 
 def _utility(row: pd.Series) -> tuple[str, float, float]:
@@ -301,7 +324,8 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
         backed = bool(claim.get("backed", True)) if claim else True
         params = _mapping(row.get("params")) or {}
         tuning_cost = _text(row.get("tuning_cost"))
-        training = training_claim_label(_mapping(row.get("training_claim")), tuning_cost)
+        training = training_claim_label(_mapping(row.get("training_claim")), tuning_cost,
+                                        training_audit_text(_mapping(row.get("attacks"))))
         key = _board(row)
         groups, worst_privacy, worst_group = _groups(row)
         rows.append({

@@ -179,3 +179,25 @@ def test_tune_tags_each_selected_dp_sgd_run_and_prints_the_note(monkeypatch, tmp
     assert "task.training.epsilon" in selected[0].tuning_cost and selected[2].tuning_cost == ""
     printed = format_selected(selected, 0)
     assert printed.count("not in epsilon (Papernot & Steinke 2022)") == 1
+
+
+def test_a_training_claim_shows_its_one_run_audit_and_a_refuted_one_is_typed_so():
+    training = {"epsilon": 8.0, "delta": 5e-5, "unit": "training record (DP-SGD)", "method": "DP-SGD(flat, ε=8)"}
+    audited = {"membership": {"audit.epsilon_lower_bound": 2.43, "audit.epsilon_ceiling": 4.52,
+                              "audit.refutes_claim": 0.0}}
+    refuted = {"membership": {"audit.epsilon_lower_bound": 9.1, "audit.epsilon_ceiling": 9.9,
+                              "audit.refutes_claim": 1.0}}
+    note = tuning_cost_note("study-x", 3, ["task.training.epsilon"])
+    rows = (entry("honest", training_claim=training, attacks=audited)
+            + entry("cheat", training_claim=training, attacks=refuted)
+            + entry("tuned", training_claim=training, attacks=audited, tuning_cost=note))
+    _, board = board_of(rows, "honest", "cheat", "tuned")
+    assert board.standing("honest").claim_type == "training record (DP-SGD)"
+    assert board.standing("cheat").claim_type == "training record (DP-SGD), REFUTED by its one-run audit"
+    assert board.standing("tuned").claim_type == "training record (DP-SGD), tuning cost not in ε"
+    claims = board_cells_table(board).set_index("entry")["claim"]
+    assert all("(one-run audit: eps >= 2.43 (ceiling 4.52))" in c for c in claims["honest"])
+    assert all("(REFUTED by its one-run audit: eps >= 9.1)" in c for c in claims["cheat"])
+    assert all(c.endswith("(tuning cost not in ε)") and "one-run audit" in c for c in claims["tuned"])
+    no_audit = entry("plain", training_claim=training, attacks={"membership": {"tpr": 0.1}})
+    assert not any("audit" in c for c in cells_frame(pd.DataFrame(no_audit))["training_claim"])
