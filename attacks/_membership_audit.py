@@ -33,10 +33,10 @@ import torch
 
 from bench.core.interfaces import Release, RunContext
 from bench.data.base import ImageSet, Splits
+from bench.privacy.dpsgd.canaries import simulated_scores
 from bench.privacy.mia.one_run import one_run_audit
-from bench.randomness.seeding import make_generator
+from bench.randomness.seeding import derive_seed, make_generator
 from bench.storage.cache import warn
-
 
 EXACT_SIMULATIONS = 20
 """Simulations of an exact implementation of the plan behind ``audit.epsilon_exact`` (median, 5-95% range)."""
@@ -73,9 +73,6 @@ def gradient_audit_metrics(task: Any, clean: Splits, released: Release, claim: A
         cfg: The adversary's settings (``canaries``, ``confidence``).
         ctx: The run.
     """
-    from bench.privacy.dpsgd.canaries import simulated_scores
-    from bench.randomness.seeding import derive_seed
-
     count = cfg.canaries
     coins = (torch.rand(count, generator=make_generator(ctx.seed, "membership", "gradient canary coins")) < 0.5).numpy()
     beta = 1.0 - cfg.confidence

@@ -21,23 +21,28 @@ report-noisy-max on validation accuracy charged to the budget (``private_val``).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
 from bench.core.config import setting
 from bench.core.interfaces import PrivacyClaim, Release, RunContext, Task
+from bench.core.keys import content_key
 from bench.core.params import Param, ParamSpace
 from bench.data.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
 from bench.nn.vit import build_vit
 from bench.privacy.dpsgd.accounting import CrossCheck
+from bench.privacy.dpsgd.canaries import GradientCanaries
 from bench.privacy.dpsgd.method import Schedule, TrainingMethod, accounting_facts
 from bench.privacy.dpsgd.train import per_example_loss, predict_proba, train_private
 from bench.randomness.seeding import derive_seed
+from bench.storage.cache import Cache
 from bench.storage.modelcache import cached_model
 from tasks.class_metrics import class_count, topk_accuracy
 
@@ -282,14 +287,6 @@ class DpVit(Task):
             ``support`` (parameter tensors used), ``noise_std`` (σ·C; 0 when non-private) and
             ``sample_rate``.
         """
-        import hashlib
-
-        import numpy as np
-
-        from bench.core.keys import content_key
-        from bench.privacy.dpsgd.canaries import GradientCanaries
-        from bench.storage.cache import Cache
-
         coins = np.asarray(included, dtype=bool)
         method = replace(self.config.training, selection="fixed") if private else self.nonprivate_method()
         size = int(train.images.shape[-1])
