@@ -63,6 +63,8 @@ class Declaration:
         cells: Cell key -> its place (benchmark, configuration, seed).
         unverified: Why an entry file is not verified (:mod:`leaderboard.verification`);
             empty when it is, and for a suite's local runs (checked as they are read).
+        stale: Why an entry file's cells no longer describe this code (:mod:`leaderboard.staleness`);
+            empty when they do.
     """
 
     name: str
@@ -73,15 +75,18 @@ class Declaration:
     seeds: tuple[int, ...]
     cells: Mapping[str, DeclaredCell] = field(default_factory=dict)
     unverified: str = ""
+    stale: str = ""
 
     def configurations(self, benchmark: str) -> list[str]:
         """Returns the declared configurations on one benchmark, in a stable order."""
         return sorted({c.configuration for c in self.cells.values() if c.benchmark == benchmark})
 
     def problem(self) -> str | None:
-        """Returns why the declaration cannot be ranked whatever its results (first: unverified), or None."""
+        """Returns why the declaration cannot be ranked whatever its results (unverified, then stale), or None."""
         if self.unverified:
             return f"unverified: {self.unverified}"
+        if self.stale:
+            return f"stale: {self.stale}"
         benchmarks = {c.benchmark for c in self.cells.values()}
         most = max((len(self.configurations(b)) for b in benchmarks), default=0)
         if most > K_MAX:

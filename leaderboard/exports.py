@@ -102,8 +102,9 @@ def write_csv(table: pd.DataFrame, path: Any) -> None:
 PROTOCOL_LINE = (f"Ranked by the mean over ≥ {MIN_SEEDS} seeds of each seed's frontier hypervolume over a declared "
                  f"set of ≤ {K_MAX} configurations; entries share a rank unless a paired comparison over seeds "
                  "separates them at 95% (docs/protocol.md). An entry file the board cannot verify (its mechanism not "
-                 "registered, a cell that does not match its result digest, a claim without a passed audit) is "
-                 "listed as unverified and never ranked.")
+                 "registered, a cell that does not match its result digest, a claim whose audit failed or is "
+                 "missing) is listed as unverified, and one whose cells today's code would compute under other "
+                 "keys (a version bump) as stale; neither is ranked.")
 
 _MD_HEADER = ("| Rank | Entry | Mechanism | Claim type | HV mean | 95% CI | Seed spread (sd; min–max) | Seeds "
               "| Configurations | Flagged cells | Worst-group privacy (group most often worst) | Status |")

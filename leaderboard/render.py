@@ -218,6 +218,20 @@ def _joined(values) -> str:
     return ", ".join(sorted({str(v) for v in values if str(v)})) or "–"
 
 
+def protocol_html(root: str, docs: str | None) -> Markup:
+    """Returns the protocol line as HTML: its ``docs/protocol.md`` a link to that page when the docs are beside the site.
+
+    Args:
+        root: The page's path to the site root (``""`` or ``../``).
+        docs: The docs root relative to the site root, or None (the reference stays text).
+    """
+    text = Markup.escape(PROTOCOL_LINE)
+    if docs is None:
+        return text
+    link = Markup('<a href="{}">docs/protocol.md</a>').format(f"{root}{docs}protocol/index.html")
+    return Markup(str(text).replace("docs/protocol.md", str(link)))
+
+
 def _make_folders(out: Path) -> None:
     """Creates the site folder and its subfolders.
 
@@ -231,7 +245,8 @@ def _make_folders(out: Path) -> None:
         raise BenchError(f"cannot create the site folder {out}: {exc.strerror or exc} (name a folder)") from None
 
 
-def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[str, str | Path] | None = None) -> Path:
+def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[str, str | Path] | None = None,
+               docs: str | None = None) -> Path:
     """Writes the static leaderboard site.
 
     Layout: ``index.html``; ``boards/<slug>.html`` with ``plots/<slug>.svg`` (and
@@ -246,6 +261,9 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
         out_dir: Site directory, created if missing.
         sheets: Mechanism name -> sample sheet image (PNG, JPEG, GIF or WebP), copied into
             the site. Missing files are skipped with a warning.
+        docs: Where the documentation site's root is, relative to this site's root (``../``
+            when the board is published inside it, :mod:`leaderboard.publish`): pages then
+            link the protocol's page and the documentation. None for a board on its own.
 
     Returns:
         The path of ``index.html``.
@@ -266,7 +284,8 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
         shutil.copyfile(TEMPLATES / asset, out / "static" / asset)
 
     def write(rel: str, template: str, root: str, **context: Any) -> None:
-        html = env.get_template(template).render(root=root, protocol=PROTOCOL_LINE, **context)
+        html = env.get_template(template).render(root=root, protocol=protocol_html(root, docs),
+                                                 docs=None if docs is None else f"{root}{docs}", **context)
         (out / rel).write_text(html, encoding="utf-8")
 
     index_boards, board_links = [], {}

@@ -63,6 +63,8 @@ class Skipped:
         unverified: FINISHED runs whose result.json does not match the digest they logged, or
             that logged none (:mod:`bench.storage.tracking.verify`).
         missing: FINISHED runs that logged a result.json which is gone (artifacts deleted).
+        stale: Entry name -> why its cells are stale (:mod:`leaderboard.staleness`).
+        unchecked: Entry name -> a cell whose key could not be planned here (its data is absent).
     """
 
     old_schema: dict[str, int] = field(default_factory=dict)
@@ -70,6 +72,8 @@ class Skipped:
     unreadable: int = 0
     unverified: int = 0
     missing: int = 0
+    stale: dict[str, str] = field(default_factory=dict)
+    unchecked: dict[str, str] = field(default_factory=dict)
 
     def notes(self) -> list[str]:
         """Returns one line per kind of result left out (none when nothing was)."""
@@ -88,6 +92,11 @@ class Skipped:
                        "with it, or none was logged; left out ('bench run --force' computes such a cell again)")
         if self.superseded:
             out.append(f"{self.superseded} run(s) superseded by a forced re-run left out")
+        for name, why in self.stale.items():
+            out.append(f"entry {name!r} is stale, shown unranked: {why}; 'bench submit --refresh --name {name}' "
+                       "recomputes those cells")
+        for name, why in self.unchecked.items():
+            out.append(f"entry {name!r}: whether its cells are stale cannot be checked here ({why})")
         return out
 
 
@@ -221,12 +230,14 @@ def load_entry(path: str | Path, skipped: Skipped | None = None) -> dict[str, An
     return {**entry, "cells": current}
 
 
-def read_entries(folder: str | Path = ENTRIES_DIR,
-                 skipped: Skipped | None = None) -> tuple[pd.DataFrame, list["Declaration"]]:
+def read_entries(folder: str | Path = ENTRIES_DIR, skipped: Skipped | None = None,
+                 data_root: Path | None = None) -> tuple[pd.DataFrame, list["Declaration"]]:
     """Returns one row per cell of every ``*.json`` entry in a folder, and the entries' declarations.
 
-    Each entry is checked (:func:`leaderboard.verification.check_entry`): its declaration
-    says why it is unverified, and each row carries the ``audit`` verdict of its claim and
+    Each entry is checked (:func:`leaderboard.verification.check_entry`) and its cells are
+    planned with today's code (:func:`leaderboard.staleness.check_staleness`, real data
+    under ``data_root``): its declaration says why it is unverified or stale (and
+    ``skipped`` names stale and unchecked entries), and each row carries the ``audit`` verdict of its claim and
     its ``tuning_cost`` note (what ``bench submit`` copied of its run's ``bench.tuning_cost`` tag).
 
     Raises:
@@ -235,6 +246,7 @@ def read_entries(folder: str | Path = ENTRIES_DIR,
     import dataclasses
 
     from leaderboard.declare import declaration_from_entry
+    from leaderboard.staleness import check_staleness
     from leaderboard.verification import check_entry
 
     rows: list[dict[str, Any]] = []
@@ -247,7 +259,13 @@ def read_entries(folder: str | Path = ENTRIES_DIR,
             raise BenchError(f"entries {names[name]} and {path.name} have the same name {name!r}")
         names[name] = path.name
         check = check_entry(entry)
-        declarations.append(dataclasses.replace(declaration_from_entry(entry), unverified="; ".join(check.problems)))
+        staleness = check_staleness(entry, data_root)
+        if skipped is not None and staleness.is_stale:
+            skipped.stale[name] = staleness.summary()
+        if skipped is not None and staleness.unchecked:
+            skipped.unchecked[name] = staleness.unchecked[0]
+        declarations.append(dataclasses.replace(declaration_from_entry(entry), unverified="; ".join(check.problems),
+                                                stale=staleness.summary()))
         default = (entry.get("suite") or {}).get("overrides") or {}
         for cell in entry["cells"]:
             result = Result.from_dict(cell)

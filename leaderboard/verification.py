@@ -3,11 +3,15 @@
 An entry file is text anyone can edit, so the board believes none of it without checking
 what it can check here, without the MLflow store the cells came from:
 
-- its mechanism is registered in this installation, at the version its cells ran;
+- its mechanism is registered in this installation (cells of an older version of it are
+  *stale*, :mod:`leaderboard.staleness`, which the board shows apart);
 - every cell carries the SHA-256 of its result.json (``result_sha256``, the digest its
   MLflow run logged, :mod:`bench.storage.tracking.verify`) and what the entry states hashes to it;
-- every cell that makes a formal claim has a passed audit of that claim in the entry's
-  ``audit`` record (a report's ``verdict``, or ``passed: true`` in older entries);
+- every cell that makes a formal claim has an audit of that claim in the entry's ``audit``
+  record that did not refute it: ``passed`` (or ``passed: true`` in older entries), or
+  ``inconclusive`` (the trial budget cannot reach a claim that large, e.g. epsilon 100: the
+  board shows the verdict beside the claim and ranks by measured privacy, never by epsilon,
+  so an unreachable claim gains nothing); a ``failed`` audit or none makes it unverified;
 - ``bench submit``'s conformance record says passed.
 
 An entry failing any of these is *unverified*: the board shows why and never ranks it
@@ -34,6 +38,7 @@ from leaderboard.protocol import canonical_params
 __all__ = [
     "AUDIT_PASSED",
     "DIGEST_FIELD",
+    "INCONCLUSIVE",
     "NOT_AUDITED",
     "VERIFIED",
     "EntryCheck",
@@ -46,9 +51,10 @@ __all__ = [
 VERIFIED = "verified"
 AUDIT_PASSED = "passed"
 NOT_AUDITED = "not audited"
+INCONCLUSIVE = "inconclusive"
 DIGEST_FIELD = "result_sha256"
 """The key of a cell's result digest in an entry file."""
-_ORDER = ("failed", NOT_AUDITED, "inconclusive", AUDIT_PASSED)
+_ORDER = ("failed", NOT_AUDITED, INCONCLUSIVE, AUDIT_PASSED)
 
 
 @dataclass(frozen=True)
@@ -116,9 +122,9 @@ def check_entry(entry: Mapping[str, Any]) -> EntryCheck:
     problems = _mechanism_problems(str(entry.get("mechanism")), cells)
     problems += _digest_problems(cells)
     audits = _cell_audits(entry, cells)
-    lacking = [v for v in audits.values() if v != AUDIT_PASSED]
+    lacking = [v for v in audits.values() if v not in (AUDIT_PASSED, INCONCLUSIVE)]
     if lacking:
-        problems.append(f"{len(lacking)} of {len(audits)} claimed cell(s) without a passed audit "
+        problems.append(f"{len(lacking)} of {len(audits)} claimed cell(s) without a passed or inconclusive audit "
                         f"({audit_text(lacking)})")
     conformance = entry.get("conformance")
     if not (isinstance(conformance, Mapping) and conformance.get("passed") is True):
@@ -135,11 +141,7 @@ def _mechanism_problems(name: str, cells: list[Mapping[str, Any]]) -> list[str]:
     others = sorted({str(c.get("mechanism")) for c in cells} - {name})
     if others:
         problems.append(f"cells of other mechanisms ({', '.join(others)})")
-    registered = getattr(mechanisms.get(name), "version", None)
-    ran = sorted({c.get("mechanism_version") for c in cells if c.get("mechanism_version") != registered}, key=str)
-    if ran:
-        problems.append(f"its cells ran {name} version {', '.join(map(str, ran))}, version {registered} is registered")
-    return problems
+    return problems  # cells of another version of it are stale, not unverified (leaderboard.staleness)
 
 
 def _digest_problems(cells: list[Mapping[str, Any]]) -> list[str]:

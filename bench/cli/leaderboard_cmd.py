@@ -136,7 +136,8 @@ def collect(args: argparse.Namespace):
     except NoResults:  # no store at all: entries alone may make a board; a damaged or locked one is an error
         tracker = None
     runs = runs_frame(tracker, skipped) if tracker is not None else pd.DataFrame()
-    entries, declarations = (pd.DataFrame(), []) if args.no_entries else read_entries(entries_dir(args), skipped)
+    entries, declarations = ((pd.DataFrame(), []) if args.no_entries
+                             else read_entries(entries_dir(args), skipped, data_root(args.data_root)))
     frame = combine(runs, entries)
     if args.profile is not None and len(frame):
         frame = frame[frame["profile"] == args.profile].reset_index(drop=True)

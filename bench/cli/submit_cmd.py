@@ -12,6 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.cli.common import path_arg
+from bench.cli.entry_files import (  # noqa: F401 (their home before entry_files; tests and plugins import them here)
+    SUBMIT_AUDIT_CONFIDENCE,
+    SUBMIT_AUDIT_IMAGE_SIZE,
+    SUBMIT_AUDIT_MAX_TRIALS,
+    _tuning_cost,
+    attach_sheet,
+    cell_record,
+    conformance,
+    entry_path,
+    submission_audit,
+    write_entry,
+)
 from bench.cli.grid_cmd import (
     add_executor_args,
     adjust_suite,
@@ -43,6 +55,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--description", default="", help="one line about the entry")
     p.add_argument("--entries", type=path_arg, default=None,
                    help="where to write the entry (default leaderboard/entries or $BENCH_ENTRIES)")
+    p.add_argument("--refresh", action="store_true",
+                   help="recompute exactly the stale cells (computed by older code: a version bump changed their "
+                        "keys) of the entries in --entries, those --name or --mechanism names or else every stale "
+                        "one, and rewrite those entries; their other cells are kept as they are")
     add_executor_args(p)
     p.set_defaults(func=submit)
 
@@ -54,6 +70,10 @@ def submit(args: argparse.Namespace) -> int:
     from bench.scale.grid import expand
     from bench.storage.tracking import Tracker
 
+    if args.refresh:
+        from bench.cli.submit_refresh import refresh
+
+        return refresh(args)
     load_plugins(args)
     names = split_names(args.mechanism)
     if not names or len(names) != 1:
@@ -84,23 +104,6 @@ def submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def conformance(name: str) -> list[str]:
-    """Runs the conformance suite and returns the names of the checks that ran.
-
-    Raises:
-        BenchError: A check failed (each failure is printed on stderr first).
-    """
-    from bench.testing.mechanisms import CHECKS, run_conformance
-
-    failures = run_conformance(name)
-    if failures:
-        for failure in failures:
-            print(f"[bench] conformance: {' '.join(failure.split())}", file=sys.stderr)
-        raise BenchError(f"mechanism {name!r} fails {len(failures)} conformance check(s) (listed above); "
-                         "no cells run, no entry written")
-    return sorted(CHECKS)
-
-
 def check_protocol(suite, cells) -> None:
     """Refuses an entry the leaderboard would not rank (docs/protocol.md), before anything runs.
 
@@ -118,59 +121,6 @@ def check_protocol(suite, cells) -> None:
         if count > K_MAX:
             raise BenchError(f"an entry declares at most {K_MAX} configurations, suite {suite.name!r} gives {count} "
                              f"on {benchmark}; shorten the --param lists (docs/protocol.md)")
-
-
-SUBMIT_AUDIT_MAX_TRIALS = 200_000
-"""The submission audit's budget: most counted trials per input of one configuration's audit.
-Below it, each audit runs the trials its claim needs to pass (:func:`bench.privacy.audit_plan.trials_needed`,
-about 17,000 at epsilon 1, 10,000 at 2, 67,000 at 6); a claim that needs more (epsilon above
-about 7 at 99%) is audited at the budget and recorded ``inconclusive`` unless refuted. On the
-8x8 audit images a DP-Pix audit at the budget takes about a minute on a shared 2-core CPU."""
-SUBMIT_AUDIT_CONFIDENCE = 0.99
-"""Joint confidence of the submission audit's bounds."""
-SUBMIT_AUDIT_IMAGE_SIZE = 8
-"""Side of the submission audit's square images (its ragged ones are 11 x 9), as the conformance suite's."""
-
-
-def submission_audit(name: str, cells) -> dict[str, Any] | None:
-    """Audits every declared configuration that makes a formal claim; returns what the entry records.
-
-    Each configuration's claim is checked by :func:`bench.audit.run_audit` (neighbouring
-    inputs per the claim's unit, every value of the release read, a Clopper-Pearson lower
-    bound on epsilon at 99%) with the trials its claim needs, at most
-    ``SUBMIT_AUDIT_MAX_TRIALS``. Each report records its ``verdict``: ``passed``,
-    ``inconclusive`` (the budget could not refute a 1.25 x over-claim: recorded, and the
-    submission goes on) or ``failed`` (the submission stops).
-
-    Args:
-        name: The mechanism.
-        cells: The entry's validated cells (their configurations carry the claims).
-
-    Returns:
-        Parameter label -> the audit report as a dict (``verdict``, and ``passed`` =
-        verdict is ``passed``); None when no configuration makes a claim.
-
-    Raises:
-        BenchError: A lower bound exceeds its claim (nothing is run or written).
-    """
-    from bench.audit import run_audit
-    from bench.core.registry import mechanisms
-
-    reports: dict[str, Any] = {}
-    for cell in cells:
-        params = dict(cell.config.params)
-        label = ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults"
-        if label in reports or mechanisms.get(name)(**params).claim() is None:
-            continue
-        report = run_audit(name, params, None, confidence=SUBMIT_AUDIT_CONFIDENCE,
-                           image_size=SUBMIT_AUDIT_IMAGE_SIZE, max_trials=SUBMIT_AUDIT_MAX_TRIALS)
-        if report.verdict == "failed":
-            raise BenchError(f"submit {name}: the audit refutes the claim at {label}: {report.summary()}")
-        if report.verdict == "inconclusive":
-            print(f"[bench] submit {name}: audit at {label} recorded inconclusive: {report.reach_note()}",
-                  file=sys.stderr, flush=True)
-        reports[label] = report.to_dict()
-    return reports or None
 
 
 def submission_suite(ref: str, name: str, tasks: list[str] | None):
@@ -215,21 +165,13 @@ def build_entry(args, parts: EntryParts, summary, where) -> dict[str, Any]:
     """
     from bench.cell.provenance import git_sha, versions
     from bench.storage.tracking import Tracker
-    from bench.storage.tracking.verify import result_digest
     from leaderboard.declare import declaration_block
     from leaderboard.store import ENTRY_SCHEMA
-    from leaderboard.verification import DIGEST_FIELD
 
     suite = parts.suite
     overrides = {k: dict(v) for k, v in suite.overrides.items()}
     tracker = Tracker(where.results_dir, where.tracking_uri)
-    cells = []
-    for outcome in summary.outcomes:
-        result = outcome.result or tracker.load_result(outcome.run_id)
-        # The digest its run logged: the board checks what the entry states against it without the store.
-        cell = {**result.to_dict(), "run_id": outcome.run_id, "overrides": overrides,
-                DIGEST_FIELD: result_digest(result.to_json().encode())}
-        cells.append({**cell, **_tuning_cost(tracker, outcome.run_id)})
+    cells = [cell_record(outcome, overrides, tracker) for outcome in summary.outcomes]
     fingerprints = {c["dataset"]: c["dataset_fingerprint"] for c in cells}
     return {
         "schema": ENTRY_SCHEMA,
@@ -251,50 +193,6 @@ def build_entry(args, parts: EntryParts, summary, where) -> dict[str, Any]:
         "tracking_uri": where.tracking_uri,
         "cells": sorted(cells, key=lambda c: (c["task"], c["seed"], json.dumps(c["params"], sort_keys=True, default=str))),
     }
-
-
-def _tuning_cost(tracker, run_id: str) -> dict[str, str]:
-    """Returns ``{"tuning_cost": note}`` for a run 'bench tune' selected on private records (its tag), else {}."""
-    from bench.scale.tune_cost import TUNING_COST_TAG
-
-    try:
-        note = tracker.client.get_run(run_id).data.tags.get(TUNING_COST_TAG, "")
-    except Exception:  # a run the store no longer has carries no tag to copy
-        note = ""
-    return {"tuning_cost": note} if note else {}
-
-
-def attach_sheet(entry: dict[str, Any], folder: Path, run_ids: list[str], tracker) -> Path | None:
-    """Writes the sample sheet of one of the entry's runs beside its file and records it in the entry.
-
-    The board shows it on the mechanism's page once it hashes to the recorded digest
-    (:mod:`leaderboard.sheets`).
-
-    Args:
-        entry: The entry (gains ``sample_sheet``: its file name and SHA-256).
-        folder: The entries folder.
-        run_ids: The entry's runs, in order of preference.
-        tracker: The store they are in.
-
-    Returns:
-        The sheet's path, or None when no run logged one.
-    """
-    from leaderboard.sheets import SHEET_FIELD, run_sheet, write_entry_sheet
-
-    data = run_sheet(tracker, run_ids)
-    if data is None:
-        return None
-    folder.mkdir(parents=True, exist_ok=True)
-    target = entry_path(folder, str(entry["name"]))
-    entry[SHEET_FIELD] = write_entry_sheet(data, target)
-    return target.with_suffix(".png")
-
-
-def entry_path(folder: Path, name: str) -> Path:
-    """Returns the file an entry of this name is written to: ``folder/<slug of the name>.json``."""
-    from leaderboard.render import slug
-
-    return folder / f"{slug(name)}.json"
 
 
 def check_entry_target(folder: Path, name: str) -> None:
@@ -327,16 +225,6 @@ def _entry_name(path: Path) -> str | None:
     except (OSError, ValueError):
         return None
     return str(entry.get("name")) if isinstance(entry, dict) and "name" in entry else None
-
-
-def write_entry(entry: dict[str, Any], folder: Path) -> Path:
-    """Writes :func:`entry_path` (replacing an entry of the same name)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = entry_path(folder, str(entry["name"]))
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(entry, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
 
 
 def _suite_digest(suite) -> str:

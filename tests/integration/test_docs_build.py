@@ -1,4 +1,5 @@
-"""The documentation site builds with ``mkdocs build --strict``: no broken link, no docstring that does not render.
+"""The documentation site builds with ``mkdocs build --strict``: no broken link, no docstring that does not render;
+the shipped leaderboard is published inside it (board/).
 
 The build also runs the site's hooks: the CLI reference is rendered from ``bench.cli.build_parser()``
 (docs/hooks/cli_reference.py), so every subcommand's help must be on that page, and the layer
@@ -79,3 +80,16 @@ def test_api_reference_renders_the_users_door(site):
     for name in ("run", "results", "runs", "grid", "tune", "group_results", "leaderboard",
                  "list_mechanisms", "load_mechanism"):
         assert f'id="bench.api.{name}"' in page, f"bench.api.{name} is not rendered"
+
+
+def test_the_site_publishes_the_shipped_board_linked_with_the_docs(site):
+    """docs/hooks/leaderboard.py renders leaderboard/entries/ into board/ (issue 40): one folder a host serves."""
+    import re
+
+    index = (site / "board" / "index.html").read_text(encoding="utf-8")
+    assert 'href="../protocol/index.html">docs/protocol.md</a>' in index
+    assert (site / "protocol" / "index.html").is_file()
+    assert 'href="../index.html">Documentation</a>' in index
+    for href in re.findall(r'href="(boards/[^"]+\.html)"', index):
+        assert (site / "board" / href).is_file(), href
+    assert 'href="../board/index.html"' in (site / "baselines" / "index.html").read_text(encoding="utf-8")

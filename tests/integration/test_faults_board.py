@@ -20,6 +20,7 @@ from bench.cli import main
 from bench.core.interfaces import Result
 from bench.core.registry import mechanisms
 from bench.storage.tracking import Tracker
+from leaderboard.staleness import check_staleness
 from leaderboard.verification import DIGEST_FIELD, cell_digest, check_entry
 
 TASK = "fewshot_synth_faces"
@@ -153,16 +154,21 @@ def test_each_check_says_why(board):
     older = signed(real)
     for cell in older["cells"]:
         cell["mechanism_version"] = 0
-    assert check_entry(signed(older)).problems == (
-        f"its cells ran pixelate version 0, version {mechanisms.get('pixelate').version} is registered",)
+    # Cells of an older version of the mechanism are stale (shown apart, recomputed by --refresh), not unverified.
+    assert check_entry(signed(older)).verified
+    stale = check_staleness(signed(older))
+    assert stale.summary() == (f"3 of 3 cell(s) computed by older code (mechanism pixelate version 0, version "
+                               f"{mechanisms.get('pixelate').version} registered)")
+    assert not check_staleness(real).is_stale and not check_staleness(real).unchecked
     unconformed = copy.deepcopy(real)
     unconformed["conformance"] = {"passed": False}
     assert check_entry(unconformed).problems == ("no passed conformance record",)
 
     unaudited = check_entry(with_claim(real, None))
-    assert unaudited.problems == ("3 of 3 claimed cell(s) without a passed audit (not audited)",)
+    assert unaudited.problems == ("3 of 3 claimed cell(s) without a passed or inconclusive audit (not audited)",)
     inconclusive = check_entry(with_claim(real, {"epsilon=1.0": report("inconclusive")}))
-    assert set(inconclusive.audits.values()) == {"inconclusive"} and not inconclusive.verified
+    # A claim too large for the trial budget to reach is shown as such and does not stop the entry's rank.
+    assert set(inconclusive.audits.values()) == {"inconclusive"} and inconclusive.verified
     assert check_entry(with_claim(real, {"epsilon=1.0": report("passed")})).verified
     assert check_entry(with_claim(real, {"epsilon=1.0": report(passed=True)})).verified  # a legacy record
     assert not check_entry(with_claim(real, {"epsilon=1.0": report(passed=False)})).verified

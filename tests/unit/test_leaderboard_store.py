@@ -103,8 +103,11 @@ def test_entries_yield_rows_and_declarations(tmp_path):
     assert len(rows) == 6
     assert rows.loc[rows["source"] == "entry:team", "overrides"].tolist() == [{"task": {"epochs": 2}}] * 3
     assert {d.name: len(d.cells) for d in declarations} == {"legacy": 3, "team": 3}
-    (note,) = skipped.notes()
+    note, *stale = skipped.notes()
     assert note.startswith("3 result(s) of schema 1 skipped (2 in the MLflow runs, 1 in entry legacy.json)")
+    # Their made-up cell keys are not what this code plans for those cells: both entries read as stale.
+    assert set(skipped.stale) == {"legacy", "team"} and len(stale) == 2
+    assert all(d.stale.startswith("3 of 3 cell(s) computed by older code") for d in declarations)
 
 
 def test_combine_prefers_the_entry_copy_of_a_cell(tracker, tmp_path):

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The shipped baseline entries (leaderboard/entries/, issue 40), computed exactly as a user's
+# submission is: a resumable grid of a suite, then `bench submit` per mechanism (conformance,
+# the claims' audits, the entry with its digests), which reuses the grid's finished cells.
+#
+#   benchmarks/baselines.sh grid SUITE RESULTS          # the suite's cells here (processes executor; resumes)
+#   benchmarks/baselines.sh submit SUITE RESULTS [SUFFIX]   # one entry per mechanism of the suite, named
+#                                                           # MECHANISM[SUFFIX], into leaderboard/entries/
+#   benchmarks/baselines.sh device SUITE OUT [GROUPS]   # on a GPU machine (the device tool, .whl carried):
+#       the suite's mechanisms in GROUPS parallel grids on the one GPU (default 4), each its own results
+#       folder, packed into OUT/SUITE.tgz (the tool returns one file, not a tree of MLflow artifacts)
+#   benchmarks/baselines.sh unpack TGZ RESULTS_PARENT   # here: unpack, `bench relocate` each results folder
+#
+# The shipped boards: `grid standard R && submit standard R` (fewshot_synth_faces, 66 cells) and
+# `grid reid_baselines R && submit reid_baselines R _reid` (reid_synth_persons, 45 cells); on a GPU
+# `device reid_baselines $OUT`, then here `unpack $OUT/reid_baselines.tgz P && submit reid_baselines P _reid`
+# (submit finds each mechanism's group folder under P).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+export MLFLOW_DISABLE_TELEMETRY=true
+mechanisms_of() {  # the suite's mechanism names, in order, once each
+  "$python" -c 'import sys; from bench.scale.grid import load_suite
+print(" ".join(dict.fromkeys(m.name for m in load_suite(sys.argv[1]).mechanisms)))' "$1"
+}
+case "${1:-}" in
+  grid)
+    "$python" -m bench grid --suite "$2" --executor processes --results-dir "$3" ;;
+  submit)  # RESULTS may be the parent of a device run's group folders (g0, g1, ...): each mechanism's is used
+    read -r -a names <<< "$(mechanisms_of "$2")"; groups=$(ls -d "$3"/g[0-9]* 2>/dev/null | wc -l)
+    for i in "${!names[@]}"; do
+      m=${names[i]}; results=$3; [ "$groups" -gt 0 ] && results="$3/g$((i % groups))"
+      "$python" -m bench submit --suite "$2" --mechanism "$m" --name "$m${4:-}" --results-dir "$results" \
+        --description "PrivBench baseline: $m on the $2 suite"
+    done ;;
+  device)
+    [ -d .whl ] && "$python" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    export PYTHONPATH="/tmp/site:$PWD" PYTHONFAULTHANDLER=1 MPLCONFIGDIR=/tmp/mpl TORCH_HOME=/tmp/torch HF_HOME=/tmp/hf
+    groups=${4:-4}; read -r -a names <<< "$(mechanisms_of "$2")"
+    work=$(mktemp -d)
+    for ((g = 0; g < groups; g++)); do
+      picked=(); for ((i = g; i < ${#names[@]}; i += groups)); do picked+=("${names[i]}"); done
+      [ ${#picked[@]} -eq 0 ] && continue
+      list=$(IFS=,; echo "${picked[*]}")
+      "$python" -m bench grid --suite "$2" --mechanism "$list" --device cuda --executor local \
+        --results-dir "$work/g$g" --cache-dir "$work/cache$g" > "$3/g$g.log" 2>&1 &
+    done
+    wait || true
+    tar czf "$3/$(basename "$2" .yaml).tgz" -C "$work" $(cd "$work" && ls -d g*)
+    tail -n 2 "$3"/g*.log ;;
+  unpack)
+    mkdir -p "$3" && tar xzf "$2" -C "$3"
+    for d in "$3"/g*; do "$python" -m bench relocate --results-dir "$d"; done ;;
+  *)
+    sed -n '2,20p' "$0"; exit 2 ;;
+esac
