@@ -180,7 +180,7 @@ def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
                 rank_label(s), terminal_safe(s.name, width), terminal_safe(claim_audit_label(s), width + 16),
                 fmt(e.mean if e else None), interval_text(e.low, e.high) if e else "–", fmt(e.std if e else None),
                 f"{len(s.complete_seeds)}/{len(s.declared_seeds)}", str(s.configurations), str(s.flagged),
-                terminal_safe(s.status, 160 if s.status.startswith("unverified") else 48),
+                terminal_safe(s.status, 160 if s.status.startswith(("unverified", "stale")) else 48),
             ])
         head, note = terminal_safe(board.key.label), hardware_note(board)
         if note:

@@ -21,6 +21,7 @@ report-noisy-max on validation accuracy charged to the budget (``private_val``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import asdict, dataclass, field, replace
@@ -189,7 +190,7 @@ class DpVit(Task):
         if eval_split == "val" and self.config.training.selection == "private_val":
             raise BenchError(f"task {self.name!r}: task.training.selection=private_val selects on the validation "
                              "split a tuning cell reports; tune with selection fixed")
-        build_vit(self._image_size(), **self._model_kwargs(2))  # checks patch / heads before any work
+        _check_vit(self._image_size(), **self._model_kwargs(2))  # patch / heads, before any work
 
     def training_claim(self, clean: Splits) -> PrivacyClaim | None:
         """Returns DP-SGD's claim for one training record at the run's delta (None when non-private).
@@ -373,6 +374,16 @@ class DpVit(Task):
         m = self.config.model
         return {"patch_size": m.patch_size, "depth": m.depth, "width": m.width, "heads": m.heads,
                 "mlp_dim": m.mlp_dim, "classes": classes}
+
+
+@functools.lru_cache(maxsize=64)
+def _check_vit(image_size: Any, **model: Any) -> None:
+    """Builds the ViT once per shape, so that an impossible patch or head split fails when the cell is planned.
+
+    Raises:
+        BenchError: The model cannot be built (:func:`bench.nn.vit.build_vit`); not cached.
+    """
+    build_vit(image_size, **model)
 
 
 def accountants_agree(facts: dict[str, Any]) -> float:

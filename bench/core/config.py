@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
+import functools
 import math
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -35,11 +38,28 @@ def load_preset(package: str, name: str, profile: str, owner: str = "") -> dict[
     path = resources.files(package) / "presets" / f"{name}.yaml"
     if not path.is_file():
         raise BenchError(f"{owner} has no preset file {package}/presets/{name}.yaml")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = _parsed(path)
     if profile not in data:
         known = ", ".join(k for k in data if k != "defaults")
         raise BenchError(f"{owner}: preset {name!r} has no profile {profile!r} (profiles: {known})")
-    return deep_merge(data.get("defaults") or {}, data[profile] or {})
+    return copy.deepcopy(deep_merge(data.get("defaults") or {}, data[profile] or {}))
+
+
+def _parsed(path: Any) -> dict[str, Any]:
+    """Returns a preset file's parsed YAML, parsed once per version of the file (planning a grid builds many tasks).
+
+    The cached mapping is never handed out: :func:`load_preset` returns a deep copy of what it merges.
+    """
+    try:
+        stat = os.stat(str(path))
+    except OSError:  # not a plain file (a zipped package): parsed each time
+        return yaml.safe_load(path.read_text()) or {}
+    return _parsed_file(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed_file(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    return yaml.safe_load(Path(path).read_text()) or {}
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -175,15 +175,15 @@ class OverClaim(DPPix):
 def test_a_claim_the_budget_cannot_reach_is_recorded_inconclusive_never_passed(monkeypatch, capsys):
     from pathlib import Path
 
-    import bench.cli.submit_cmd as submit_cmd
+    import bench.cli.entry_files as entry_files
     from bench.scale.grid import Placement, expand, suite_from_lists
 
-    monkeypatch.setattr(submit_cmd, "SUBMIT_AUDIT_MAX_TRIALS", 2000)
+    monkeypatch.setattr(entry_files, "SUBMIT_AUDIT_MAX_TRIALS", 2000)
     with scoped():
         register_mechanism("over_claim")(OverClaim)
         cells = expand(suite_from_lists(["fewshot_synth_faces"], ["over_claim"], {"epsilon": ["8"]}, [0], "smoke"),
                        Placement(results_dir=Path("unused")))
-        reports = submit_cmd.submission_audit("over_claim", cells)
+        reports = entry_files.submission_audit("over_claim", cells)
     (report,) = reports.values()
     assert report["trials"] == 2000 and report["verdict"] == "inconclusive" and report["passed"] is False
     assert report["trials_needed"] == trials_needed(8.0, 0.0, 0.99) > 2000
