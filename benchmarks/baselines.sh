@@ -6,7 +6,7 @@
 #   benchmarks/baselines.sh grid SUITE RESULTS          # the suite's cells here (processes executor; resumes)
 #   benchmarks/baselines.sh submit SUITE RESULTS [SUFFIX]   # one entry per mechanism of the suite, named
 #                                                           # MECHANISM[SUFFIX], into leaderboard/entries/
-#   benchmarks/baselines.sh device SUITE OUT [GROUPS]   # on a GPU machine (the device tool, .whl carried):
+#   BENCH_GIT_SHA=... benchmarks/baselines.sh device SUITE OUT [GROUPS]   # on a GPU machine (device tool, .whl carried):
 #       the suite's mechanisms in GROUPS parallel grids on the one GPU (default 4), each its own results
 #       folder, packed into OUT/SUITE.tgz (the tool returns one file, not a tree of MLflow artifacts)
 #   benchmarks/baselines.sh unpack TGZ RESULTS_PARENT   # here: unpack, `bench relocate` each results folder
@@ -27,7 +27,7 @@ case "${1:-}" in
   grid)
     "$python" -m bench grid --suite "$2" --executor processes --results-dir "$3" ;;
   submit)  # RESULTS may be the parent of a device run's group folders (g0, g1, ...): each mechanism's is used
-    read -r -a names <<< "$(mechanisms_of "$2")"; groups=$(ls -d "$3"/g[0-9]* 2>/dev/null | wc -l)
+    read -r -a names <<< "$(mechanisms_of "$2")"; groups=$(find "$3" -maxdepth 1 -type d -name 'g[0-9]*' | wc -l)
     for i in "${!names[@]}"; do
       m=${names[i]}; results=$3; [ "$groups" -gt 0 ] && results="$3/g$((i % groups))"
       "$python" -m bench submit --suite "$2" --mechanism "$m" --name "$m${4:-}" --results-dir "$results" \
@@ -36,13 +36,15 @@ case "${1:-}" in
   device)
     [ -d .whl ] && "$python" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
     export PYTHONPATH="/tmp/site:$PWD" PYTHONFAULTHANDLER=1 MPLCONFIGDIR=/tmp/mpl TORCH_HOME=/tmp/torch HF_HOME=/tmp/hf
+    # The device's copy of the tree has no git history: the caller passes BENCH_GIT_SHA=$(git rev-parse HEAD).
+    [ -n "${BENCH_GIT_SHA:-}" ] || echo "warning: BENCH_GIT_SHA unset; the cells record git sha 'unknown'" >&2
     groups=${4:-4}; read -r -a names <<< "$(mechanisms_of "$2")"
     work=$(mktemp -d)
     for ((g = 0; g < groups; g++)); do
       picked=(); for ((i = g; i < ${#names[@]}; i += groups)); do picked+=("${names[i]}"); done
       [ ${#picked[@]} -eq 0 ] && continue
       list=$(IFS=,; echo "${picked[*]}")
-      "$python" -m bench grid --suite "$2" --mechanism "$list" --device cuda --executor local \
+      "$python" -m bench grid --suite "$2" --mechanism "$list" --device "${DEVICE:-cuda}" --executor local \
         --results-dir "$work/g$g" --cache-dir "$work/cache$g" > "$3/g$g.log" 2>&1 &
     done
     wait || true

@@ -201,14 +201,21 @@ def _canonical(params: Mapping[str, Any]) -> str | None:
 
 
 def _same_claim(report: Mapping[str, Any], claim: Mapping[str, Any]) -> bool:
-    """Whether an audit is of this claim (same epsilon, delta and unit), where the report names its claim."""
+    """Whether an audit covers this claim, where the report names its claim: same epsilon and unit, and a delta no larger.
+
+    A cell's claim can carry a larger delta than the audited one (the Laplace sampler's clamp
+    adds one that depends on the cell's image size, and the audit runs on small images). An
+    audit of (epsilon, delta') that the lower bound did not refute does not refute (epsilon,
+    delta) for any delta >= delta' either: a larger delta only lowers the bound.
+    """
     audited = report.get("claim")
     if not isinstance(audited, Mapping):
         return True
-    for name, default in (("epsilon", None), ("delta", 0.0)):
-        a, b = _number(audited.get(name, default)), _number(claim.get(name, default))
-        if not (a == b or (math.isnan(a) and math.isnan(b))):
-            return False
+    a, b = _number(audited.get("epsilon")), _number(claim.get("epsilon"))
+    if not (a == b or (math.isnan(a) and math.isnan(b))):
+        return False
+    if not _number(audited.get("delta", 0.0)) <= _number(claim.get("delta", 0.0)):
+        return False
     return str(audited.get("unit", "")) == str(claim.get("unit", ""))
 
 

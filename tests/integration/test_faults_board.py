@@ -175,6 +175,15 @@ def test_each_check_says_why(board):
     # An audit of another claim does not vouch for this one.
     other = check_entry(with_claim(real, {"epsilon=1.0": report("passed", epsilon=8.0)}))
     assert set(other.audits.values()) == {"not audited"}
+    # A cell's claim may add delta (the Laplace sampler's clamp on its image size) to the audited (epsilon, 0):
+    # the audit covers it; an audit of a larger delta than the cell claims does not.
+    clamped = copy.deepcopy(with_claim(real, {"epsilon=1.0": report("passed")}))
+    for cell in clamped["cells"]:
+        cell["claim"]["delta"] = 1e-15
+    assert set(check_entry(signed(clamped)).audits.values()) == {"passed"}
+    looser = report("passed")
+    looser["claim"]["delta"] = 1e-3
+    assert set(check_entry(signed({**clamped, "audit": {"epsilon=1.0": looser}})).audits.values()) == {"not audited"}
 
 
 def test_report_marks_claims_by_their_audit(capsys, board, tmp_path):
