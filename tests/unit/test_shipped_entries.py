@@ -1,0 +1,60 @@
+"""The entries the repository ships (leaderboard/entries/, issue 40) are what the board can rank as they are.
+
+Every shipped entry must read, verify against its result digests, audits and conformance
+record, and be current: today's code plans each of its cells under the key it records
+(:mod:`leaderboard.staleness`). A version bump that changes any of their keys fails here
+until ``bench submit --refresh`` has recomputed those cells. Nothing is computed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.core.registry import mechanisms
+from leaderboard.protocol import MIN_SEEDS
+from leaderboard.publish import publish
+from leaderboard.sheets import entry_sheets
+from leaderboard.staleness import check_staleness
+from leaderboard.store import ENTRIES_DIR, load_entry
+from leaderboard.verification import check_entry
+
+SHIPPED = sorted(ENTRIES_DIR.glob("*.json"))
+BUILT_IN = ("identity", "pixelate", "blur", "gaussian_noise", "dp_pix", "image_dp", "face_blur", "face_overlay",
+            "dp_latent")
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_a_shipped_entry_verifies_and_is_not_stale(path: Path):
+    entry = load_entry(path)
+    check = check_entry(entry)
+    assert check.verified, f"{path.name}: {check.status}"
+    staleness = check_staleness(entry)
+    assert not staleness.unchecked, f"{path.name}: {staleness.unchecked[0]}"
+    assert not staleness.is_stale, (f"{path.name} is stale: {staleness.summary()}; recompute it with "
+                                    f"'bench submit --refresh --name {entry['name']}'")
+    assert len(entry["declaration"]["seeds"]) >= MIN_SEEDS
+    assert {c["cell_key"] for c in entry["cells"]} == {c["cell_key"] for c in entry["declaration"]["cells"]}
+    assert all(c["synthetic"] for c in entry["cells"]), "a shipped baseline is computed on the embedded data"
+    assert not any(c.get("tuning_cost") for c in entry["cells"])
+
+
+def test_every_built_in_mechanism_has_a_baseline_on_the_synthetic_faces_with_its_sample_sheet():
+    faces = {load_entry(p)["mechanism"] for p in SHIPPED
+             if {c["task"] for c in load_entry(p)["cells"]} == {"fewshot_synth_faces"}}
+    assert faces == set(BUILT_IN) and set(BUILT_IN) <= set(mechanisms.list())
+    sheets, notes = entry_sheets(ENTRIES_DIR)
+    assert not notes and set(sheets) == set(BUILT_IN)
+
+
+def test_the_published_board_ranks_every_shipped_baseline_with_nothing_computed(tmp_path):
+    notes: list[str] = []
+    index = publish(tmp_path / "board", docs=None, say=notes.append)
+    assert not notes, notes
+    table = pd.read_csv(index.parent / "leaderboard.csv")
+    faces = table[table["benchmark"] == "fewshot_synth_faces"]
+    assert sorted(faces["entry"]) == sorted(BUILT_IN)
+    assert (faces["status"] == "ranked").all() and faces["rank"].notna().all()
+    assert (index.parent / "index.html").read_text(encoding="utf-8").count('href="boards/') >= 1
