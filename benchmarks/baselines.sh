@@ -34,7 +34,9 @@ case "${1:-}" in
         --description "PrivBench baseline: $m on the $2 suite"
     done ;;
   device)
-    [ -d .whl ] && "$python" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    if [ -d .whl ] && [ "${DEVICE:-cuda}" != cpu ]; then  # DEVICE=cpu: a dry run of this path on any machine
+      "$python" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    fi
     export PYTHONPATH="/tmp/site:$PWD" PYTHONFAULTHANDLER=1 MPLCONFIGDIR=/tmp/mpl TORCH_HOME=/tmp/torch HF_HOME=/tmp/hf
     # The device's copy of the tree has no git history: the caller passes BENCH_GIT_SHA=$(git rev-parse HEAD).
     [ -n "${BENCH_GIT_SHA:-}" ] || echo "warning: BENCH_GIT_SHA unset; the cells record git sha 'unknown'" >&2

@@ -50,7 +50,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "list runs at its defaults unless --param NAME=V1,V2 lists are given.",
     )
     add_cell_args(p)
-    p.set_defaults(suite="standard")
     p.add_argument("--name", default=None, help="entry name (default: the mechanism's name)")
     p.add_argument("--description", default="", help="one line about the entry")
     p.add_argument("--entries", type=path_arg, default=None,
@@ -80,7 +79,7 @@ def submit(args: argparse.Namespace) -> int:
         raise BenchError("bench submit needs exactly one --mechanism NAME")
     name = names[0]
     mechanism_cls = mechanisms.get(name)
-    suite = adjust_suite(submission_suite(args.suite, name, split_names(args.task)), args)
+    suite = adjust_suite(submission_suite(args.suite or "standard", name, split_names(args.task)), args)
     where = placement(args)
     folder = entries_dir(args)
     check_entry_target(folder, args.name or name)

@@ -55,6 +55,13 @@ def refresh(args: argparse.Namespace) -> int:
     """
     from bench.cli.leaderboard_cmd import entries_dir
 
+    given = [flag for flag, value in (("--suite", args.suite), ("--task", args.task), ("--param", args.param),
+                                      ("--seeds", args.seeds), ("--profile", args.profile), ("--set", args.overrides),
+                                      ("--attacks", args.attacks), ("--precision", args.precision != "fp32"))
+             if value]
+    if given:
+        raise BenchError(f"--refresh recomputes the cells each entry declares, so {', '.join(given)} cannot change "
+                         "them; select entries with --name or --mechanism only")
     load_plugins(args)
     folder = entries_dir(args)
     if not folder.is_dir():

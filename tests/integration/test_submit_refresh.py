@@ -98,6 +98,12 @@ def test_refresh_names_a_missing_entry_in_one_line(capsys, env):
     assert err[-1].endswith("--name: no entry 'pixelat' in " + str(env["entries"]) + "; did you mean 'pixelate'?")
 
 
+def test_refresh_refuses_options_that_would_change_the_declared_cells(capsys, env):
+    assert main(refresh_argv(env, "--seeds", "0,1,2,3", "--set", "task.epochs=1")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("--seeds, --set cannot change them; select entries with --name or --mechanism only")
+
+
 def test_refresh_refuses_an_edited_entry(capsys, env, monkeypatch):
     path = entry_path(env["entries"], "pixelate")
     entry = json.loads(path.read_text())
