@@ -19,7 +19,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from bench.errors import BenchError
 
@@ -55,12 +55,15 @@ class Staleness:
         return f"{len(self.stale)} of {self.cells} cell(s) computed by older code ({why})"
 
 
-def check_staleness(entry: Mapping[str, Any], data_root: Path | None = None) -> Staleness:
+def check_staleness(entry: Mapping[str, Any], data_root: Path | None = None,
+                    current: Collection[str] = ()) -> Staleness:
     """Plans every cell of an entry with today's code and says which keys changed.
 
     Args:
         entry: The entry (:func:`leaderboard.store.load_entry`).
         data_root: Root of real datasets (planning a real-data cell inspects its data).
+        current: Cell keys today's code is already known to plan (a shipped suite's
+            expansion): a cell recording one of them is current without planning it again.
 
     Returns:
         The stale cells and why; unplannable cells are listed as unchecked.
@@ -74,7 +77,7 @@ def check_staleness(entry: Mapping[str, Any], data_root: Path | None = None) -> 
     registered = getattr(mechanisms.get(name), "version", None)
     ran = sorted({str(c.get("mechanism_version")) for c in cells if c.get("mechanism_version") != registered})
     reasons = [f"mechanism {name} version {', '.join(ran)}, version {registered} registered"] if ran else []
-    keys, unchecked = planned_keys(entry, cells, data_root)
+    keys, unchecked = planned_keys(entry, [c for c in cells if str(c.get("cell_key")) not in current], data_root)
     stale = {str(c.get("cell_key")): keys.get(str(c.get("cell_key")), "") for c in cells
              if c.get("mechanism_version") != registered
              or keys.get(str(c.get("cell_key")), str(c.get("cell_key"))) != str(c.get("cell_key"))}

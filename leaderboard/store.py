@@ -15,7 +15,7 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
@@ -230,14 +230,15 @@ def load_entry(path: str | Path, skipped: Skipped | None = None) -> dict[str, An
     return {**entry, "cells": current}
 
 
-def read_entries(folder: str | Path = ENTRIES_DIR, skipped: Skipped | None = None,
-                 data_root: Path | None = None) -> tuple[pd.DataFrame, list["Declaration"]]:
+def read_entries(folder: str | Path = ENTRIES_DIR, skipped: Skipped | None = None, data_root: Path | None = None,
+                 current: Collection[str] = ()) -> tuple[pd.DataFrame, list["Declaration"]]:
     """Returns one row per cell of every ``*.json`` entry in a folder, and the entries' declarations.
 
     Each entry is checked (:func:`leaderboard.verification.check_entry`) and its cells are
     planned with today's code (:func:`leaderboard.staleness.check_staleness`, real data
-    under ``data_root``): its declaration says why it is unverified or stale (and
-    ``skipped`` names stale and unchecked entries), and each row carries the ``audit`` verdict of its claim and
+    under ``data_root``; cells whose key is in ``current``, keys today's code already
+    planned, are not planned again): its declaration says why it is unverified or stale
+    (and ``skipped`` names stale and unchecked entries), and each row carries the ``audit`` verdict of its claim and
     its ``tuning_cost`` note (what ``bench submit`` copied of its run's ``bench.tuning_cost`` tag).
 
     Raises:
@@ -259,7 +260,7 @@ def read_entries(folder: str | Path = ENTRIES_DIR, skipped: Skipped | None = Non
             raise BenchError(f"entries {names[name]} and {path.name} have the same name {name!r}")
         names[name] = path.name
         check = check_entry(entry)
-        staleness = check_staleness(entry, data_root)
+        staleness = check_staleness(entry, data_root, current)
         if skipped is not None and staleness.is_stale:
             skipped.stale[name] = staleness.summary()
         if skipped is not None and staleness.unchecked:

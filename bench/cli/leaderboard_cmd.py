@@ -137,7 +137,8 @@ def collect(args: argparse.Namespace):
         tracker = None
     runs = runs_frame(tracker, skipped) if tracker is not None else pd.DataFrame()
     entries, declarations = ((pd.DataFrame(), []) if args.no_entries
-                             else read_entries(entries_dir(args), skipped, data_root(args.data_root)))
+                             else read_entries(entries_dir(args), skipped, data_root(args.data_root),
+                                               current={key for d in local for key in d.cells}))
     frame = combine(runs, entries)
     if args.profile is not None and len(frame):
         frame = frame[frame["profile"] == args.profile].reset_index(drop=True)
