@@ -12,9 +12,10 @@
 #   benchmarks/baselines.sh unpack TGZ RESULTS_PARENT   # here: unpack, `bench relocate` each results folder
 #
 # The shipped boards: `grid standard R && submit standard R` (fewshot_synth_faces, 66 cells) and
-# `grid reid_baselines R && submit reid_baselines R _reid` (reid_synth_persons, 45 cells); on a GPU
-# `device reid_baselines $OUT`, then here `unpack $OUT/reid_baselines.tgz P && submit reid_baselines P _reid`
-# (submit finds each mechanism's group folder under P).
+# `grid classify_baselines R && submit classify_baselines R _scenes` (classify_synth_scenes_obf_obf, 45 cells).
+# The next, on a GPU: `device reid_baselines $OUT` (reid_synth_persons, 45 cells), then here
+# `unpack $OUT/reid_baselines.tgz P && submit reid_baselines P _reid` (submit finds each mechanism's group
+# folder under P).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -56,5 +57,5 @@ case "${1:-}" in
     mkdir -p "$3" && tar xzf "$2" -C "$3"
     for d in "$3"/g*; do "$python" -m bench relocate --results-dir "$d"; done ;;
   *)
-    sed -n '2,20p' "$0"; exit 2 ;;
+    sed -n '2,18p' "$0"; exit 2 ;;
 esac
