@@ -71,6 +71,9 @@ class Standing:
         rank: Competition rank (ranked entries only).
         tied: Whether another ranked entry has the same rank (shown as ``tied``).
         tied_with: Ranked entries it is not separated from.
+        seed_places: ``(seed, place)`` pairs in seed order (ranked entries only): on each seed, 1 + the
+            ranked entries with a larger hypervolume on that seed. Whether the ranking holds seed by
+            seed, next to the rank, which rests on the mean and the paired comparisons.
         audit: The audit verdict of its claims (:func:`leaderboard.verification.audit_text`;
             "" without a formal claim).
         verification: ``verified``, or ``unverified: <why>`` (an entry file the board cannot
@@ -98,6 +101,7 @@ class Standing:
     rank: int | None = None
     tied: bool = False
     tied_with: tuple[str, ...] = ()
+    seed_places: tuple[tuple[int, int], ...] = ()
     audit: str = ""
     verification: str = VERIFIED
     notes: tuple[str, ...] = ()
@@ -222,14 +226,28 @@ def _board(cells: pd.DataFrame, declarations: Mapping[str, Declaration]) -> Boar
     comparisons = _comparisons(key, ranked, noise)
     ranks = competition_ranks([s.estimate.mean for s in ranked],
                               lambda i, j: comparisons[(ranked[i].name, ranked[j].name)].separated)
+    places = _seed_places(ranked)
     final = []
     for i, (standing, rank) in enumerate(zip(ranked, ranks)):
         tied_with = tuple(other.name for j, other in enumerate(ranked)
                           if j != i and not comparisons[(standing.name, other.name)].separated)
-        final.append(dataclasses.replace(standing, rank=rank, tied=ranks.count(rank) > 1, tied_with=tied_with))
+        final.append(dataclasses.replace(standing, rank=rank, tied=ranks.count(rank) > 1, tied_with=tied_with,
+                                         seed_places=places[standing.name]))
     final.sort(key=lambda s: (s.rank, -s.estimate.mean, s.name))
     final += sorted((s for s in standings if not s.ranked), key=lambda s: s.name)
     return Board(key, tuple(final), cells, comparisons)
+
+
+def _seed_places(ranked: list[Standing]) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Returns each ranked entry's place on each of its seeds among the ranked entries with that seed."""
+    seeds = sorted({seed for s in ranked for seed in s.hypervolumes})
+    places: dict[str, list[tuple[int, int]]] = {s.name: [] for s in ranked}
+    for seed in seeds:
+        on_seed = [s for s in ranked if seed in s.hypervolumes]
+        for s in on_seed:
+            place = 1 + sum(other.hypervolumes[seed] > s.hypervolumes[seed] for other in on_seed)
+            places[s.name].append((seed, place))
+    return {name: tuple(pairs) for name, pairs in places.items()}
 
 
 def _standing(key: BoardKey, declaration: Declaration, cells: pd.DataFrame) -> tuple[Standing, dict]:

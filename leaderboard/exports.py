@@ -20,6 +20,7 @@ from leaderboard.table import (
     exploration_table,
     hardware_note,
     leaderboard_table,
+    places_text,
     privacy_text,
     rank_label,
 )
@@ -106,7 +107,7 @@ PROTOCOL_LINE = (f"Ranked by the mean over ≥ {MIN_SEEDS} seeds of each seed's 
                  "missing) is listed as unverified, and one whose cells today's code would compute under other "
                  "keys (a version bump) as stale; neither is ranked.")
 
-_MD_HEADER = ("| Rank | Entry | Mechanism | Claim type | HV mean | 95% CI | Seed spread (sd; min–max) | Seeds "
+_MD_HEADER = ("| Rank | Entry | Mechanism | Claim type | HV mean | 95% CI | Seed spread (sd; min–max) | Place by seed | Seeds "
               "| Configurations | Flagged cells | Worst-group privacy (group most often worst) | Status |")
 
 
@@ -133,12 +134,12 @@ def render_markdown(leaderboard: Leaderboard) -> str:
         note = hardware_note(board)
         if note:
             lines += [markdown_escape(note), ""]
-        lines += [_MD_HEADER, "|" + "---|" * 12]
+        lines += [_MD_HEADER, "|" + "---|" * 13]
         for standing, r in zip(board.standings, rows.itertuples(index=False)):
             lines.append("| " + " | ".join([
                 markdown_escape(rank_label(standing)), markdown_escape(r.entry), markdown_escape(r.mechanism),
                 markdown_escape(claim_audit_label(standing)), fmt(r.hv_mean), interval_text(r.hv_low, r.hv_high),
-                f"{fmt(r.hv_std)}; {fmt(r.hv_min)}–{fmt(r.hv_max)}", f"{r.seeds} of {len(standing.declared_seeds)}",
+                f"{fmt(r.hv_std)}; {fmt(r.hv_min)}–{fmt(r.hv_max)}", places_text(standing), f"{r.seeds} of {len(standing.declared_seeds)}",
                 str(r.configurations), f"{r.flagged} (attack too weak)" if r.flagged else "0",
                 markdown_escape(worst_group_text(r.worst_group_privacy, r.worst_group)), markdown_escape(r.status),
             ]) + " |")
@@ -170,7 +171,7 @@ def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
     """
     if not leaderboard.boards:
         return "No declared entries yet (see 'bench leaderboard show --exploration' for other cells).\n"
-    headers = ["rank", "entry", "claim", "HV mean", "95% CI", "sd", "seeds", "configs", "flagged", "status"]
+    headers = ["rank", "entry", "claim", "HV mean", "95% CI", "sd", "by seed", "seeds", "configs", "flagged", "status"]
     blocks = []
     for board in leaderboard.boards:
         rows = []
@@ -179,7 +180,7 @@ def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
             rows.append([
                 rank_label(s), terminal_safe(s.name, width), terminal_safe(claim_audit_label(s), width + 16),
                 fmt(e.mean if e else None), interval_text(e.low, e.high) if e else "–", fmt(e.std if e else None),
-                f"{len(s.complete_seeds)}/{len(s.declared_seeds)}", str(s.configurations), str(s.flagged),
+                places_text(s), f"{len(s.complete_seeds)}/{len(s.declared_seeds)}", str(s.configurations), str(s.flagged),
                 terminal_safe(s.status, 160 if s.status.startswith(("unverified", "stale")) else 48),
             ])
         head, note = terminal_safe(board.key.label), hardware_note(board)
@@ -189,7 +190,7 @@ def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
                 f"{', '.join(terminal_safe(n, width) for n in s.tied_with)}" for s in board.standings if s.tied_with]
         notes = [f"  note: {terminal_safe(s.name, width)}: {terminal_safe(note)}" for s in board.standings
                  for note in s.notes]
-        blocks.append("\n".join([head, *_columns(headers, rows, {3, 5, 6, 7, 8}), *ties, *notes]))
+        blocks.append("\n".join([head, *_columns(headers, rows, {3, 5, 7, 8, 9}), *ties, *notes]))
     return "\n\n".join(blocks) + "\n"
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "hardware_mix",
     "hardware_note",
     "leaderboard_table",
+    "places_text",
     "privacy_text",
     "rank_label",
     "worst_group",
@@ -31,7 +32,7 @@ __all__ = [
 TABLE_COLUMNS = [
     "board", "benchmark", "profile", "data", "settings", "precision",
     "rank", "tied", "entry", "mechanism", "claim_type", "audit",
-    "hv_mean", "hv_low", "hv_high", "hv_std", "hv_min", "hv_max", "seeds", "declared_seeds", "configurations",
+    "hv_mean", "hv_low", "hv_high", "hv_std", "hv_min", "hv_max", "seed_places", "seeds", "declared_seeds", "configurations",
     "cells", "runs", "flagged", "worst_group_privacy", "worst_group", "status", "verification", "tied_with", "notes",
     "suite", "source", "hardware",
 ]
@@ -54,6 +55,11 @@ def rank_label(standing: Standing) -> str:
     if standing.rank is None:
         return "–"
     return f"{standing.rank} (tied)" if standing.tied else str(standing.rank)
+
+
+def places_text(standing: Standing) -> str:
+    """Returns an entry's place on each seed in seed order, ``1, 1, 2``, or ``–`` (unranked)."""
+    return ", ".join(str(place) for _, place in standing.seed_places) or "–"
 
 
 def claim_audit_label(standing: Standing) -> str:
@@ -153,7 +159,8 @@ def _standing_row(board: Board, s: Standing) -> dict[str, Any]:
         "audit": s.audit,
         "hv_mean": e.mean if e else math.nan, "hv_low": e.low if e else math.nan, "hv_high": e.high if e else math.nan,
         "hv_std": e.std if e else math.nan, "hv_min": min(volumes) if volumes else math.nan,
-        "hv_max": max(volumes) if volumes else math.nan, "seeds": len(s.complete_seeds),
+        "hv_max": max(volumes) if volumes else math.nan,
+        "seed_places": " ".join(f"{seed}:{place}" for seed, place in s.seed_places), "seeds": len(s.complete_seeds),
         "declared_seeds": ",".join(map(str, s.declared_seeds)), "configurations": s.configurations, "cells": s.cells,
         "runs": s.runs, "flagged": s.flagged, "worst_group_privacy": worst.privacy, "worst_group": worst.group,
         "status": s.status, "verification": s.verification, "tied_with": ", ".join(s.tied_with),
@@ -168,7 +175,8 @@ def leaderboard_table(leaderboard: Leaderboard) -> pd.DataFrame:
     ``profile``, ``data``, ``settings``, ``precision``), the entry's ``rank`` (<NA> when unranked),
     ``tied`` (shares its rank), the mean hypervolume over complete seeds with its 95%
     interval (``hv_low``, ``hv_high``) and seed spread (``hv_std``, ``hv_min``,
-    ``hv_max``), counts, ``flagged`` cells (privacy undefined), the mean over its cells
+    ``hv_max``), its place among the ranked entries on each seed (``seed_places``,
+    ``seed:place`` pairs, "" when unranked), counts, ``flagged`` cells (privacy undefined), the mean over its cells
     of their worst group's privacy (``worst_group_privacy``, NaN without results by
     group) with the group most often worst (``worst_group``; see :func:`worst_group`),
     ``status`` (``ranked`` or why not), ``audit`` (the audit verdict of its claims, "" without

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from bench.cell.plan import Plan, face_crop_attacks
+from bench.cell.plan import Plan
+from bench.cell.protocol import face_crop_attacks
 from bench.core.interfaces import AttackOutcome, Release, RunContext
 from bench.core.splits import Splits
 from bench.release.facecrops import face_crop_view, has_face_table

@@ -14,7 +14,7 @@ import torch
 
 from bench.cell.attribute_checks import check_attributes
 from bench.cell.preflight import preflight
-from bench.cell.protocol import protocol_key
+from bench.cell.protocol import face_crop_attacks, protocol_key
 from bench.core.config import PROFILES, did_you_mean
 from bench.core.interfaces import Mechanism, RunContext, Task
 from bench.core.keys import cell_key
@@ -169,11 +169,6 @@ def plan(config: RunConfig) -> Plan:
     board_protocol = protocol_key(task, attacks, leave_out=task_cls.entry_settings)
     preflight(config.mechanism, mechanism, device)  # a plugin's conformance, once per process
     return Plan(config, task, mechanism, attacks, key, device, board_protocol)
-
-
-def face_crop_attacks(task_cls: type) -> frozenset[str]:
-    """Returns the adversaries the task's benchmark has attack face crops (:mod:`bench.release.facecrops`)."""
-    return frozenset(getattr(getattr(task_cls, "benchmark", None), "face_crops", ()) or ())
 
 
 def run_context(planned: Plan, log: Callable[[str], None], progress: Callable[..., Any] | None) -> RunContext:

@@ -35,14 +35,21 @@ def code_versions(task: Any, attacks: Mapping[str, Any]) -> dict[str, Any]:
 
     The task's, its dataset's and each attack's ``version`` (bumped when their numbers
     change), and those of the maps every cell goes through: the random streams
-    (:data:`bench.randomness.rng.VERSION`), the release format and the face crops adversaries see. Part
+    (:data:`bench.randomness.rng.VERSION`), the release format and the face crops adversaries see (where
+    they see some: :func:`bench.release.facecrops.keyed_version`). Part
     of :func:`protocol_key`: a cell computed by older code is neither returned for nor ranked
     beside one that the code of today would compute differently.
     """
     dataset = datasets.get(task.dataset) if task.dataset in datasets else None
     return {"task": type(task).version, "dataset": getattr(dataset, "version", None),
             "attacks": {name: type(attack).version for name, attack in sorted(attacks.items())},
-            "rng": rng.VERSION, "release": release.RELEASE_FORMAT, "face_view": facecrops.VIEW_VERSION}
+            "rng": rng.VERSION, "release": release.RELEASE_FORMAT,
+            "face_view": facecrops.keyed_version(bool(set(attacks) & face_crop_attacks(type(task))))}
+
+
+def face_crop_attacks(task_cls: type) -> frozenset[str]:
+    """Returns the adversaries the task's benchmark has attack face crops (:mod:`bench.release.facecrops`)."""
+    return frozenset(getattr(getattr(task_cls, "benchmark", None), "face_crops", ()) or ())
 
 
 def _without(values: Mapping[str, Any], paths: Iterable[str]) -> dict[str, Any]:

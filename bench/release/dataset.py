@@ -16,6 +16,7 @@ from bench.data.shards import SplitWriter, open_split
 from bench.randomness import rng
 from bench.randomness.streams import Streams
 from bench.release import guard as mechanism_guard
+from bench.release.facecrops import FaceCrops, release_crops
 from bench.storage.cache import Cache
 from bench.system import kernels, precision
 from bench.system.kernels import DEVICE_BATCH_VALUES
@@ -154,7 +155,8 @@ def apply_to_split(
 
     Image ``i`` of the split always draws from the stream of (seed, purpose, i), whatever
     the batch size. Mechanisms that act on faces get the dataset's boxes, or MTCNN's where
-    the dataset has none or ``detect`` is set. Fused kernels run ``path`` (``compiled`` or
+    the dataset has none or ``detect`` is set. Face crops of scenes (:class:`~bench.release.facecrops.FaceCrops`)
+    are released as the release made them: their scenes go through the mechanism, then the crops are cut. Fused kernels run ``path`` (``compiled`` or
     ``eager``; by default what :func:`bench.system.kernels.choose` picks for the split's size).
     With a ``sink`` the released batches are written to it as they come (a split of any
     size), else they are returned as one tensor. The mechanism gets private copies of every
@@ -171,6 +173,9 @@ def apply_to_split(
         dataset's boxes (None when no detection ran or the dataset has no boxes).
     """
     with precision.exact():
+        if isinstance(split, FaceCrops) and split.origin is not None and sink is None:
+            return release_crops(split, lambda scenes, k: _apply(mechanism, scenes, ctx, f"{purpose}/scenes{k}", batch,
+                                                                 detect, path, None)[0]), None
         return _apply(mechanism, split, ctx, purpose, batch, detect, path, sink)
 
 

@@ -18,8 +18,16 @@ datasets of the same shape as synth_faces, so ``face_reid``, ``face_reid_adapted
   imagenet's ``val`` under ``val_from=official``, is counted once);
 - labels are identities; the face's gender, age group and skin tone, where the table has
   them (:data:`ATTRIBUTES`; imagenet's identities have none), are its attributes (results
-  per group); ``boxes`` is the face's box inside its crop, so an adversary that applies a
-  face mechanism to its own crops applies it where the release did.
+  per group); ``boxes`` is the face's box inside its crop;
+- each split is a :class:`FaceCrops` that knows where its crops were cut from
+  (:class:`CropOrigin`), so an adversary that runs the mechanism over its own faces
+  (``face_reid_adapted``, ``denoise``, the pretrained recognizers' adapted enrolment) gets
+  what the release made of them: :func:`bench.release.dataset.apply_to_split` runs the
+  mechanism over their scenes, at the scenes' size and with every face box of the scene, and
+  cuts the crops from the result (:func:`release_crops`). Run over the crops themselves, a
+  mechanism whose effect depends on the image's size (pixelation's blocks, a blur's radius,
+  a model fitted on the scenes) would make other images than the release, and the adversary
+  would adapt to the wrong ones.
 
 The view's fingerprint and release key hold a digest of the face tables, since a table
 supplied apart from the images (imagenet's) is not part of the dataset's fingerprint.
@@ -28,7 +36,8 @@ supplied apart from the images (imagenet's) is not part of the dataset's fingerp
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -38,12 +47,87 @@ from bench.data.base import ImageSet, Splits, content_digest
 from bench.errors import BenchError
 from bench.randomness.seeding import make_generator
 
-VIEW_VERSION = 2
-"""2: keys hold the face tables' digest."""
+VIEW_VERSION = 3
+"""2: keys hold the face tables' digest; 3: a mechanism reaches an adversary's crops through their scenes."""
+KEYED_WITHOUT_CROPS = 2
+"""The view version in the key of a cell whose adversaries see no face crops (:func:`keyed_version`)."""
 MARGIN = 1.3
 SHARES = {"train": 0.5, "val": 0.2}
 ATTRIBUTES = ("gender", "age_group", "skin_tone")
 """Columns of a face table that become the crops' attributes when every split's table has them."""
+
+
+@dataclass(frozen=True)
+class CropOrigin:
+    """Where each face crop of a set was cut from.
+
+    Attributes:
+        scenes: The clean scene splits the faces are in (with their face boxes).
+        split: int64 [N]: each crop's scene split (index into ``scenes``).
+        image: int64 [N]: its scene in that split.
+        box: float32 [N, 4]: its face box in the scene's pixels.
+        size: Side of the crops in pixels.
+    """
+
+    scenes: tuple[ImageSet, ...]
+    split: torch.Tensor
+    image: torch.Tensor
+    box: torch.Tensor
+    size: int
+
+    def subset(self, index: torch.Tensor | slice) -> "CropOrigin":
+        """Returns the origins of the crops selected as :meth:`ImageSet.subset` selects them."""
+        if isinstance(index, slice):
+            index = torch.arange(len(self.split))[index]
+        elif index.dtype == torch.bool:
+            index = index.nonzero().flatten()
+        return dataclasses.replace(self, split=self.split[index], image=self.image[index], box=self.box[index])
+
+
+@dataclass
+class FaceCrops(ImageSet):
+    """Face crops of scenes (:func:`face_crop_view`), each knowing its scene (:class:`CropOrigin`)."""
+
+    origin: CropOrigin | None = None
+
+    def subset(self, index: torch.Tensor | slice) -> "FaceCrops":
+        """Returns the crops selected by a slice, an index tensor or a boolean mask, with their origins."""
+        part = ImageSet.subset(self, index)
+        origin = None if self.origin is None else self.origin.subset(index)
+        return FaceCrops(**{f.name: getattr(part, f.name) for f in dataclasses.fields(ImageSet)}, origin=origin)
+
+
+def release_crops(crops: FaceCrops, release: Callable[[ImageSet, int], torch.Tensor]) -> torch.Tensor:
+    """Returns the crops as cut from their scenes after a mechanism: what a release shows of those faces.
+
+    Args:
+        crops: Clean face crops with their origin.
+        release: ``(scenes, k) -> released uint8 scenes``: runs the mechanism over the scenes
+            of ``crops.origin.scenes[k]`` that the crops need (each once, in scene order).
+
+    Returns:
+        uint8 crops of the same shape as ``crops.images``.
+    """
+    origin = crops.origin
+    if origin is None:
+        raise ValueError("face crops without an origin cannot be cut from released scenes")
+    out = torch.empty(tuple(crops.images.shape), dtype=torch.uint8)
+    for k, scenes in enumerate(origin.scenes):
+        rows = (origin.split == k).nonzero().flatten()
+        if len(rows):
+            needed, local = torch.unique(origin.image[rows], return_inverse=True)
+            released = release(scenes.subset(needed), k)
+            out[rows] = crop_faces(released, local, origin.box[rows], origin.size)[0]
+    return out
+
+
+def keyed_version(sees_crops: bool) -> int:
+    """Returns the face view's version a cell's key holds: :data:`VIEW_VERSION` where its adversaries see face crops.
+
+    A cell whose adversaries see none keeps :data:`KEYED_WITHOUT_CROPS`, so a change to the
+    crops makes new cells only of the benchmarks that attack them.
+    """
+    return VIEW_VERSION if sees_crops else KEYED_WITHOUT_CROPS
 
 
 def has_face_table(clean: Splits) -> bool:
@@ -75,12 +159,16 @@ def face_crop_view(clean: Splits, released: Release, seed: int, size: int = 64) 
     cut_train = int(round(len(order) * SHARES["train"]))
     cut_val = cut_train + int(round(len(order) * SHARES["val"]))
     group = {"train": order[:cut_train], "val": order[cut_train:cut_val], "test": order[cut_val:]}
-    clean_crops, released_crops = [], []
-    for s in splits:
+    clean_crops, released_crops, scene_split = [], [], []
+    for k, s in enumerate(splits):
         t = tables[s]
         crops, inner = crop_faces(clean[s].images, t["image"], t["box"], size)
         clean_crops.append((s, crops, inner))
         released_crops.append(crop_faces(released.splits[s].images, t["image"], t["box"], size)[0])
+        scene_split.append(torch.full((len(t["image"]),), k, dtype=torch.int64))
+    origin = CropOrigin(tuple(clean[s] for s in splits), torch.cat(scene_split),
+                        torch.cat([tables[s]["image"] for s in splits]).long(),
+                        torch.cat([tables[s]["box"] for s in splits]).float(), size)
     columns = [k for k in ("identity", *ATTRIBUTES) if all(k in t for t in tables.values())]
     everything = {key: torch.cat([tables[s][key] for s in splits]) for key in columns}
     images = torch.cat([c for _, c, _ in clean_crops])
@@ -91,10 +179,10 @@ def face_crop_view(clean: Splits, released: Release, seed: int, size: int = 64) 
     sets, released_sets = {}, {}
     for view, ids in group.items():
         index = torch.isin(everything["identity"], ids).nonzero().flatten()
-        part = ImageSet(images=images[index], labels=everything["identity"][index],
-                        attrs={a: everything[a][index] for a in attributes},
-                        attr_names={a: list(names[a]) for a in attributes if a in names},
-                        boxes=[inner[i : i + 1] for i in index.tolist()])
+        part = FaceCrops(images=images[index], labels=everything["identity"][index],
+                         attrs={a: everything[a][index] for a in attributes},
+                         attr_names={a: list(names[a]) for a in attributes if a in names},
+                         boxes=[inner[i : i + 1] for i in index.tolist()], origin=origin.subset(index))
         sets[view] = part
         released_sets[view] = part.with_images(released_images[index])
     digest = content_digest(tables)

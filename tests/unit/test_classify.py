@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from bench.core.interfaces import Release
-from bench.core.registry import benchmarks, tasks
+from bench.core.interfaces import Release, RunContext
+from bench.core.registry import benchmarks, mechanisms, tasks
 from bench.data.base import ImageSet, Splits
 from bench.errors import BenchError
 from bench.nn.classifiers import Classifier, check_input, load_weights
 from bench.nn.stream_train import augment_batch
-from bench.release.facecrops import crop_faces, face_crop_view, has_face_table
+from bench.release.dataset import apply_to_split
+from bench.release.facecrops import FaceCrops, crop_faces, face_crop_view, has_face_table
 from tasks.class_metrics import correlation, per_class_accuracy, per_class_ap, topk_accuracy
 from tasks.classify import PROTOCOLS, class_face_fraction
 
@@ -181,6 +182,31 @@ def test_face_crop_view_splits_people_and_cuts_released_faces_at_the_same_place(
     assert all(torch.equal(again[s].images, view[s].images) for s in view.sets)
     with pytest.raises(BenchError, match="no face table"):
         face_crop_view(Splits("x", {"train": clean["train"]}, "f"), released, 0)
+
+
+@pytest.mark.parametrize("name, params", [("pixelate", {"block": 16}), ("blur", {"radius": 6.0}), ("face_blur", {})])
+def test_an_adversary_releasing_its_own_crops_gets_what_the_release_made_of_those_faces(tmp_path, name, params):
+    """The mechanism runs over the crops' scenes, at the scenes' size and with their face boxes, then the crops are cut."""
+    clean, _ = _scene(12)
+    ctx = RunContext(device=torch.device("cpu"), seed=0, profile="smoke", data_root=None, cache_dir=tmp_path)
+    mechanism = mechanisms.get(name)(**params)
+    scenes, _ = apply_to_split(mechanism, clean["train"], ctx, "release/train")
+    released = Release(clean.replace_images({"train": scenes}), name, params, 0, "rk")
+    view, release = face_crop_view(clean, released, seed=3, size=26)
+    for s in view.sets:
+        own = view[s].subset(torch.arange(len(view[s])).flip(0))
+        assert isinstance(own, FaceCrops) and len(own.origin.split) == len(own)
+        again, _ = apply_to_split(mechanism, own, ctx, "release/train")
+        assert torch.equal(again, release.splits[s].images.flip(0))
+        direct, _ = _apply_without_origin(mechanism, own, ctx)
+        assert not torch.equal(direct, again)  # over the crops themselves it makes other images
+    identity, _ = apply_to_split(mechanisms.get("identity")(), view["train"], ctx, "adversary")
+    assert torch.equal(identity, view["train"].images)
+
+
+def _apply_without_origin(mechanism, crops, ctx):
+    plain = ImageSet(crops.images, crops.labels, crops.attrs, crops.attr_names, crops.boxes)
+    return apply_to_split(mechanism, plain, ctx, "release/train")
 
 
 def test_paired_intervals_cover_the_difference_and_shrink_with_agreement():

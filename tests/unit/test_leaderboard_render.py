@@ -252,7 +252,7 @@ def test_exports_hold_no_raw_names_or_control_bytes(site):
     assert md.count("\n## ") == 2
     for line in md.splitlines():
         if line.startswith("| ") and "Rank" not in line:
-            assert len(re.findall(r"(?<!\\)\|", line)) == 13, line
+            assert len(re.findall(r"(?<!\\)\|", line)) == 14, line
 
 
 def test_write_csv_escapes_every_text_cell():
@@ -272,6 +272,27 @@ def test_terminal_shows_ties_flags_and_escaped_names():
     assert lines[3].split()[:2] == ["1", "(tied)"]
     assert "tied: dp_pix is not separated from \\u001b[2Jevil" in text
     assert exploration_table(leaderboard).empty
+
+
+def test_each_entry_shows_its_place_on_each_seed(tmp_path):
+    """pixelate leads on seeds 0 and 1, blur on seed 2; an entry missing a seed is unranked and has no places."""
+    partial_rows, partial = entry("bench_a", "gaussian_noise", shift=0.2)
+    leaderboard = board_of(entry("bench_a", "pixelate", shift=0.05, spread=0.0),
+                           entry("bench_a", "blur", spread=0.1),
+                           ([r for r in partial_rows if r["seed"] != 2], partial))
+    board = leaderboard.boards[0]
+    assert board.standing("pixelate").seed_places == ((0, 1), (1, 1), (2, 2))
+    assert board.standing("blur").seed_places == ((0, 2), (1, 2), (2, 1))
+    assert not board.standing("gaussian_noise").ranked and board.standing("gaussian_noise").seed_places == ()
+    table = leaderboard_table(leaderboard).set_index("entry")
+    assert table.loc["pixelate", "seed_places"] == "0:1 1:1 2:2" and table.loc["gaussian_noise", "seed_places"] == ""
+    lines = render_terminal(leaderboard).splitlines()
+    assert "by seed" in lines[1]
+    assert "1, 1, 2" in next(line for line in lines if "pixelate" in line)
+    assert "| 2, 2, 1 |" in next(line for line in render_markdown(leaderboard).splitlines() if "| blur |" in line)
+    build_site(leaderboard, tmp_path)
+    page = next((tmp_path / "boards").glob("*.html")).read_text(encoding="utf-8")
+    assert 'title="seed 0: 1, seed 1: 1, seed 2: 2">1, 1, 2</td>' in page
 
 
 GROUP = "<b>x</b>"
