@@ -83,6 +83,15 @@ class CropOrigin:
             index = index.nonzero().flatten()
         return dataclasses.replace(self, split=self.split[index], image=self.image[index], box=self.box[index])
 
+    @staticmethod
+    def concat(origins: "list[CropOrigin]") -> "CropOrigin | None":
+        """Returns the origins of crop sets put one after another (None unless all come from the same scenes)."""
+        first = origins[0]
+        if any(o.scenes is not first.scenes or o.size != first.size for o in origins):
+            return None
+        return dataclasses.replace(first, split=torch.cat([o.split for o in origins]),
+                                   image=torch.cat([o.image for o in origins]), box=torch.cat([o.box for o in origins]))
+
 
 @dataclass
 class FaceCrops(ImageSet):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from attacks._targets import concat_sets
 from bench.core.interfaces import Release, RunContext
 from bench.core.registry import benchmarks, mechanisms, tasks
 from bench.data.base import ImageSet, Splits
@@ -202,6 +203,9 @@ def test_an_adversary_releasing_its_own_crops_gets_what_the_release_made_of_thos
         assert not torch.equal(direct, again)  # over the crops themselves it makes other images
     identity, _ = apply_to_split(mechanisms.get("identity")(), view["train"], ctx, "adversary")
     assert torch.equal(identity, view["train"].images)
+    pooled = concat_sets([view["train"], view["test"]])  # folds pool the splits: the crops keep their scenes
+    again, _ = apply_to_split(mechanism, pooled, ctx, "adversary")
+    assert torch.equal(again, torch.cat([release.splits["train"].images, release.splits["test"].images]))
 
 
 def _apply_without_origin(mechanism, crops, ctx):
