@@ -139,7 +139,8 @@ def render_markdown(leaderboard: Leaderboard) -> str:
             lines.append("| " + " | ".join([
                 markdown_escape(rank_label(standing)), markdown_escape(r.entry), markdown_escape(r.mechanism),
                 markdown_escape(claim_audit_label(standing)), fmt(r.hv_mean), interval_text(r.hv_low, r.hv_high),
-                f"{fmt(r.hv_std)}; {fmt(r.hv_min)}–{fmt(r.hv_max)}", places_text(standing), f"{r.seeds} of {len(standing.declared_seeds)}",
+                f"{fmt(r.hv_std)}; {fmt(r.hv_min)}–{fmt(r.hv_max)}", places_text(standing),
+                f"{r.seeds} of {len(standing.declared_seeds)}",
                 str(r.configurations), f"{r.flagged} (attack too weak)" if r.flagged else "0",
                 markdown_escape(worst_group_text(r.worst_group_privacy, r.worst_group)), markdown_escape(r.status),
             ]) + " |")
@@ -180,7 +181,8 @@ def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
             rows.append([
                 rank_label(s), terminal_safe(s.name, width), terminal_safe(claim_audit_label(s), width + 16),
                 fmt(e.mean if e else None), interval_text(e.low, e.high) if e else "–", fmt(e.std if e else None),
-                places_text(s), f"{len(s.complete_seeds)}/{len(s.declared_seeds)}", str(s.configurations), str(s.flagged),
+                places_text(s), f"{len(s.complete_seeds)}/{len(s.declared_seeds)}", str(s.configurations),
+                str(s.flagged),
                 terminal_safe(s.status, 160 if s.status.startswith(("unverified", "stale")) else 48),
             ])
         head, note = terminal_safe(board.key.label), hardware_note(board)

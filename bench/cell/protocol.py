@@ -48,7 +48,7 @@ def code_versions(task: Any, attacks: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def face_crop_attacks(task_cls: type) -> frozenset[str]:
-    """Returns the adversaries the task's benchmark has attack face crops (:mod:`bench.release.facecrops`)."""
+    """Returns the adversaries that the task's benchmark has attack face crops (:mod:`bench.release.facecrops`)."""
     return frozenset(getattr(getattr(task_cls, "benchmark", None), "face_crops", ()) or ())
 
 

@@ -155,9 +155,11 @@ def apply_to_split(
 
     Image ``i`` of the split always draws from the stream of (seed, purpose, i), whatever
     the batch size. Mechanisms that act on faces get the dataset's boxes, or MTCNN's where
-    the dataset has none or ``detect`` is set. Face crops of scenes (:class:`~bench.release.facecrops.FaceCrops`)
-    are released as the release made them: their scenes go through the mechanism, then the crops are cut. Fused kernels run ``path`` (``compiled`` or
-    ``eager``; by default what :func:`bench.system.kernels.choose` picks for the split's size).
+    the dataset has none or ``detect`` is set. Face crops of scenes
+    (:class:`~bench.release.facecrops.FaceCrops`) come out as a release makes them: their
+    scenes go through the mechanism, then the crops are cut. Fused kernels run ``path``
+    (``compiled`` or ``eager``; by default what :func:`bench.system.kernels.choose` picks for
+    the split's size).
     With a ``sink`` the released batches are written to it as they come (a split of any
     size), else they are returned as one tensor. The mechanism gets private copies of every
     batch, its boxes and streams (:func:`bench.release.guard.apply`): it cannot change the split.

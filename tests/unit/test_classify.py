@@ -187,7 +187,7 @@ def test_face_crop_view_splits_people_and_cuts_released_faces_at_the_same_place(
 
 @pytest.mark.parametrize("name, params", [("pixelate", {"block": 16}), ("blur", {"radius": 6.0}), ("face_blur", {})])
 def test_an_adversary_releasing_its_own_crops_gets_what_the_release_made_of_those_faces(tmp_path, name, params):
-    """The mechanism runs over the crops' scenes, at the scenes' size and with their face boxes, then the crops are cut."""
+    """The mechanism runs over the crops' scenes (their size, their face boxes), then the crops are cut."""
     clean, _ = _scene(12)
     ctx = RunContext(device=torch.device("cpu"), seed=0, profile="smoke", data_root=None, cache_dir=tmp_path)
     mechanism = mechanisms.get(name)(**params)
