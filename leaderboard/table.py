@@ -33,8 +33,8 @@ TABLE_COLUMNS = [
     "board", "benchmark", "profile", "data", "settings", "precision",
     "rank", "tied", "entry", "mechanism", "claim_type", "audit",
     "hv_mean", "hv_low", "hv_high", "hv_std", "hv_min", "hv_max", "seed_places", "seeds", "declared_seeds",
-    "configurations", "cells", "runs", "flagged", "worst_group_privacy", "worst_group", "status", "verification", "tied_with", "notes",
-    "suite", "source", "hardware",
+    "configurations", "cells", "runs", "flagged", "worst_group_privacy", "worst_group", "status", "verification",
+    "tied_with", "notes", "suite", "source", "hardware",
 ]
 
 BOARD_CELL_COLUMNS = [
