@@ -126,10 +126,12 @@ def test_show_ranks_the_suite_entries_and_the_submitted_one(capsys, board):
     # entry (its mechanism unregistered, no result digests) is unverified: listed, never ranked.
     assert [line.split()[:2] for line in lines[2:5]] == [["1", "lbsuite/pixelate"], ["2", "lbsuite/blur"], ["–", "team"]]
     statuses = ["ranked", "ranked", "unverified: mechanism '.*' is not registered here.*"]
-    for line, curve, status in zip(lines[2:5], [CURVES["pixelate"].values(), CURVES["blur"].values(), ENTRY_CURVE],
-                                   statuses):
+    places = ["1, 1, 1", "2, 2, 2", "–"]  # the same order on every seed; an unranked entry has no place
+    for line, curve, status, place in zip(lines[2:5], [CURVES["pixelate"].values(), CURVES["blur"].values(),
+                                                       ENTRY_CURVE], statuses, places):
         mean = sum(hypervolume_2d([(u + SEED_SHIFT[s], p) for u, p in curve]) for s in SEED_SHIFT) / 3
-        assert re.search(rf"empirical only\s+{mean:.3f}\s+\[0\.\d+, 0\.\d+\]\s+0\.\d+\s+3/3\s+2\s+0\s+{status}$", line)
+        assert re.search(rf"empirical only\s+{mean:.3f}\s+\[0\.\d+, 0\.\d+\]\s+0\.\d+\s+{place}\s+3/3\s+2\s+0\s+"
+                         rf"{status}$", line)
     assert "team <b>" in lines[4] and len(lines) == 8 and "trial" not in out and XSS not in out
     # These made-up results record no privacy_score_se: each entry says its interval ignores that noise.
     assert all(line.startswith("  note: ") and "ignores within-seed privacy noise for 6 of 6" in line

@@ -119,13 +119,26 @@ def test_code_whose_numbers_changed_is_another_cell_and_another_board(monkeypatc
 
     target = importlib.import_module(module)
     target = getattr(target, owner) if owner else target
-    config = RunConfig(task="fewshot_synth_faces", mechanism="pixelate", params={"block": 4}, seed=0, profile="smoke")
+    task = "classify_synth_scenes_obf_obf" if attribute == "VIEW_VERSION" else "fewshot_synth_faces"  # sees crops
+    config = RunConfig(task=task, mechanism="pixelate", params={"block": 4}, seed=0, profile="smoke")
     before = plan(config)
     monkeypatch.setattr(target, attribute, getattr(target, attribute) + 1)
     after = plan(config)
     assert before.key != after.key and before.protocol != after.protocol
     monkeypatch.undo()
     assert plan(config).key == before.key
+
+
+def test_the_face_crops_version_keys_only_the_cells_whose_adversaries_see_crops(monkeypatch):
+    from bench.release import facecrops
+
+    faces = RunConfig(task="fewshot_synth_faces", mechanism="pixelate", params={"block": 4}, seed=0, profile="smoke")
+    scenes = dataclasses.replace(faces, task="classify_synth_scenes_obf_obf")
+    no_crops = dataclasses.replace(scenes, attacks=("face_detect",))
+    before = {name: plan(config).key for name, config in (("faces", faces), ("scenes", scenes), ("none", no_crops))}
+    monkeypatch.setattr(facecrops, "VIEW_VERSION", facecrops.VIEW_VERSION + 1)
+    assert plan(faces).key == before["faces"] and plan(no_crops).key == before["none"]
+    assert plan(scenes).key != before["scenes"]
 
 
 def test_a_training_method_is_another_cell_on_the_same_board():
