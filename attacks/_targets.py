@@ -15,7 +15,6 @@ the seed and the settings, so every face adversary of a cell attacks the same pr
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
@@ -230,12 +229,11 @@ def concat_sets(sets: Sequence[ImageSet]) -> ImageSet:
         return sets[0]
     attrs = [a for a in sets[0].attrs if all(a in s.attrs for s in sets)]
     boxes = None if any(s.boxes is None for s in sets) else [b for s in sets for b in s.boxes]
-    joined = ImageSet(images=torch.cat([s.images for s in sets]), labels=torch.cat([s.labels for s in sets]),
-                      attrs={a: torch.cat([s.attrs[a] for s in sets]) for a in attrs},
-                      attr_names={a: sets[0].attr_names[a] for a in attrs if a in sets[0].attr_names}, boxes=boxes)
+    fields = dict(images=torch.cat([s.images for s in sets]), labels=torch.cat([s.labels for s in sets]),
+                  attrs={a: torch.cat([s.attrs[a] for s in sets]) for a in attrs},
+                  attr_names={a: sets[0].attr_names[a] for a in attrs if a in sets[0].attr_names}, boxes=boxes)
     origins = [getattr(s, "origin", None) for s in sets]
     if all(o is not None for o in origins):  # face crops of scenes stay crops that know their scenes
-        joined = FaceCrops(**{f.name: getattr(joined, f.name) for f in dataclasses.fields(ImageSet)},
-                           origin=CropOrigin.concat(origins))
-    return joined
+        return FaceCrops(**fields, origin=CropOrigin.concat(origins))
+    return ImageSet(**fields)
 

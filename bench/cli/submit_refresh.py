@@ -23,6 +23,7 @@ from typing import Any
 
 from bench.cli.grid_cmd import executor_config, load_plugins, placement, run_grid, split_names
 from bench.errors import BenchError
+from bench.system import precision
 
 __all__ = ["StaleEntry", "refresh", "stale_entries"]
 
@@ -57,7 +58,7 @@ def refresh(args: argparse.Namespace) -> int:
 
     given = [flag for flag, value in (("--suite", args.suite), ("--task", args.task), ("--param", args.param),
                                       ("--seeds", args.seeds), ("--profile", args.profile), ("--set", args.overrides),
-                                      ("--attacks", args.attacks), ("--precision", args.precision != "fp32"))
+                                      ("--attacks", args.attacks), ("--precision", args.precision != precision.DEFAULT))
              if value]
     if given:
         raise BenchError(f"--refresh recomputes the cells each entry declares, so {', '.join(given)} cannot change "
