@@ -12,7 +12,9 @@
 #   benchmarks/baselines.sh unpack TGZ RESULTS_PARENT   # here: unpack, `bench relocate` each results folder
 #
 # The shipped boards: `grid standard R && submit standard R` (fewshot_synth_faces, 66 cells) and
-# `grid classify_baselines R && submit classify_baselines R _scenes` (classify_synth_scenes_obf_obf, 45 cells).
+# `grid classify_baselines R && submit classify_baselines R _scenes` (classify_synth_scenes_obf_obf, 45 cells) and
+# `grid dp_vit_quick R && submit dp_vit_quick R` (dp_vit_synth_objects, 30 cells: submit writes one entry per
+# DP-SGD method, `identity + <method>`).
 # The next, on a GPU: `device reid_baselines $OUT` (reid_synth_persons, 45 cells), then here
 # `unpack $OUT/reid_baselines.tgz P && submit reid_baselines P _reid` (submit finds each mechanism's group
 # folder under P).
@@ -57,5 +59,5 @@ case "${1:-}" in
     mkdir -p "$3" && tar xzf "$2" -C "$3"
     for d in "$3"/g*; do "$python" -m bench relocate --results-dir "$d"; done ;;
   *)
-    sed -n '2,18p' "$0"; exit 2 ;;
+    sed -n '2,20p' "$0"; exit 2 ;;
 esac

@@ -34,6 +34,7 @@ from bench.cli.grid_cmd import (
     split_names,
 )
 from bench.errors import BenchError
+from bench.storage.folders import check_writable_folder
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -46,7 +47,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "16 declared configurations, at least 3 seeds, one profile), runs the conformance suite on "
                     "MECHANISM, runs (or reuses) the cells of --suite (default: standard) for it and writes one JSON "
                     "entry to leaderboard/entries/ that declares its configurations and holds the cells' metrics, "
-                    "versions, git sha, dataset fingerprints and MLflow run ids. A mechanism the suite does not "
+                    "versions, git sha, dataset fingerprints and MLflow run ids (on a suite with training methods, "
+                    "one entry per method, named 'NAME + METHOD'). A mechanism the suite does not "
                     "list runs at its defaults unless --param NAME=V1,V2 lists are given.",
     )
     add_cell_args(p)
@@ -82,25 +84,74 @@ def submit(args: argparse.Namespace) -> int:
     suite = adjust_suite(submission_suite(args.suite or "standard", name, split_names(args.task)), args)
     where = placement(args)
     folder = entries_dir(args)
-    check_entry_target(folder, args.name or name)
+    for entry_name in entry_names(args.name or name, suite_labels(suite)).values():
+        check_entry_target(folder, entry_name)
     checks = conformance(name)  # the whole suite, before planning cells runs its cheap part for plugins
     cells = expand(suite, where)
     check_protocol(suite, cells)
+    entries = entry_cells(args.name or name, cells)
     audit = submission_audit(name, cells)
     print(f"[bench] submit {name}: conformance passed ({len(checks)} checks); {len(cells)} cells of suite "
-          f"{suite.name!r}", file=sys.stderr, flush=True)
+          f"{suite.name!r}" + (f", {len(entries)} entries (one per training method)" if len(entries) > 1 else ""),
+          file=sys.stderr, flush=True)
     summary = run_grid(cells, where, executor_config(args))
     print(summary.format(), file=sys.stderr)
     if summary.failed:
         raise BenchError(f"{len(summary.failed)} of {len(cells)} cells failed (listed above); no entry written, "
                          "rerun to retry them")
-    entry = build_entry(args, EntryParts(name, mechanism_cls, suite, cells, checks, audit), summary, where)
-    sheet = attach_sheet(entry, folder, [o.run_id for o in summary.outcomes],
-                         Tracker(where.results_dir, where.tracking_uri))
-    path = write_entry(entry, folder)
-    print(f"entry written: {path} ({len(entry['cells'])} cells)" + (f"; sample sheet: {sheet}" if sheet else ""))
-    _print_rows(entry)
+    outcomes = {o.key: o for o in summary.outcomes}
+    tracker = Tracker(where.results_dir, where.tracking_uri)
+    for entry_name, own in entries.items():
+        mine = [outcomes[c.key] for c in own]
+        entry = build_entry(args, EntryParts(name, mechanism_cls, suite, own, checks, audit), mine, where, entry_name)
+        sheet = attach_sheet(entry, folder, [o.run_id for o in mine], tracker)
+        path = write_entry(entry, folder)
+        print(f"entry written: {path} ({len(entry['cells'])} cells)" + (f"; sample sheet: {sheet}" if sheet else ""))
+        _print_rows(entry)
     return 0
+
+
+def entry_cells(name: str, cells: list) -> dict[str, list]:
+    """Returns the submission's entries: entry name -> its cells.
+
+    Cells trained by different methods (a task's ``entry_settings``, such as dp_vit's
+    DP-SGD method) are different rows of one board, so each method is its own entry,
+    named ``NAME + METHOD`` (``identity + DP-SGD(flat, ε=3)``); a submission with one
+    method (or a task without methods) is the one entry ``NAME``.
+    """
+    from leaderboard.declare import entry_label
+
+    by_label: dict[str, list] = {}
+    for cell in cells:
+        by_label.setdefault(entry_label(cell.config), []).append(cell)
+    named = entry_names(name, list(by_label))
+    return {named[label]: own for label, own in by_label.items()}
+
+
+def entry_names(name: str, labels: list[str]) -> dict[str, str]:
+    """Returns method label -> entry name: ``NAME + METHOD`` when there are several methods, else ``NAME``."""
+    if len(set(labels)) == 1:
+        return {labels[0]: name}
+    return {label: f"{name} + {label}" if label else name for label in labels}
+
+
+def suite_labels(suite) -> list[str]:
+    """Returns the method labels of a suite's cells without planning them (for checks before any work).
+
+    Raises:
+        BenchError: A benchmark is unknown or a method's settings are invalid.
+    """
+    from bench.cell.plan import RunConfig
+    from leaderboard.declare import entry_label
+
+    labels = []
+    for benchmark in suite.benchmarks:
+        for method in suite.method_settings():
+            task = {**suite.overrides.get("task", {}), **method}
+            config = RunConfig(task=benchmark, mechanism="", profile=suite.profile,
+                               overrides={**suite.overrides, "task": task})
+            labels.append(entry_label(config))
+    return list(dict.fromkeys(labels))
 
 
 def check_protocol(suite, cells) -> None:
@@ -153,14 +204,22 @@ class EntryParts:
     audit: dict[str, Any] | None
 
 
-def build_entry(args, parts: EntryParts, summary, where) -> dict[str, Any]:
+def build_entry(args, parts: EntryParts, outcomes: list, where, name: str) -> dict[str, Any]:
     """Returns the entry: provenance, the declaration, and every cell's result, MLflow run id and result digest.
+
+    Args:
+        args: The command line.
+        parts: What the entry is made of besides its results (``parts.cells``: its own cells).
+        outcomes: The grid's outcomes of those cells.
+        where: Where they ran.
+        name: The entry's name.
 
     Each cell's ``result_sha256`` is the SHA-256 of its result.json (the digest its run
     logged), so the board verifies what the entry states without the MLflow store
     (:mod:`leaderboard.verification`); with its ``overrides``, the suite's ``attacks`` and
     the result's own fields (task, params, seed, profile, split, precision, data
-    fingerprints) it is what ``bench leaderboard verify`` recomputes a cell from.
+    fingerprints) it is what ``bench leaderboard verify`` recomputes a cell from. A cell's
+    ``overrides`` are its own: the suite's ``--set`` sections with its training method.
     """
     from bench.cell.provenance import git_sha, versions
     from bench.storage.tracking import Tracker
@@ -170,11 +229,12 @@ def build_entry(args, parts: EntryParts, summary, where) -> dict[str, Any]:
     suite = parts.suite
     overrides = {k: dict(v) for k, v in suite.overrides.items()}
     tracker = Tracker(where.results_dir, where.tracking_uri)
-    cells = [cell_record(outcome, overrides, tracker) for outcome in summary.outcomes]
+    own = {c.key: {k: dict(v) for k, v in c.config.overrides.items()} for c in parts.cells}
+    cells = [cell_record(outcome, own[outcome.key], tracker) for outcome in outcomes]
     fingerprints = {c["dataset"]: c["dataset_fingerprint"] for c in cells}
     return {
         "schema": ENTRY_SCHEMA,
-        "name": args.name or parts.name,
+        "name": name,
         "mechanism": parts.name,
         "mechanism_version": parts.mechanism_cls.version,
         "mechanism_module": getattr(parts.mechanism_cls, "__module__", ""),
@@ -203,8 +263,6 @@ def check_entry_target(folder: Path, name: str) -> None:
         BenchError: --entries is not a folder and cannot be created, or the entry's file
             is a folder or holds something other than an entry of this name.
     """
-    from bench.storage.folders import check_writable_folder
-
     check_writable_folder("--entries", folder)
     path = entry_path(folder, name)
     if not path.exists():
@@ -238,6 +296,9 @@ def _print_rows(entry: dict[str, Any]) -> None:
     from leaderboard.boards import build_leaderboard
     from leaderboard.declare import declaration_from_entry
     from leaderboard.exports import render_terminal
+    from leaderboard.verification import check_entry
 
-    rows = [{**cell, "source": f"entry:{entry['name']}"} for cell in entry["cells"]]
+    audits = check_entry(entry).audits  # the verdicts just recorded, as the board will read them
+    rows = [{**cell, "source": f"entry:{entry['name']}", "audit": audits.get(cell["cell_key"], "")}
+            for cell in entry["cells"]]
     print(render_terminal(build_leaderboard(pd.DataFrame(rows), [declaration_from_entry(entry)])), end="")

@@ -7,6 +7,7 @@ computes the three smoke cells.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 from pathlib import Path
@@ -219,3 +220,22 @@ def test_every_claimed_configuration_is_audited_and_a_refuted_claim_stops_the_su
             submission_audit("under_noised", broken)
     assert submission_audit("pixelate", expand(suite_from_lists([TASK], ["pixelate"], {}, [0], "smoke"),
                                                 Placement(results_dir=Path("unused")))) is None
+
+
+def test_the_preview_of_a_claimed_entry_shows_the_audit_it_just_recorded(capsys, tmp_path, shared_cache):
+    from bench.cli.submit_cmd import submission_suite
+    from bench.core.registry import mechanisms
+    from bench.scale.grid import Placement, expand
+
+    suite = tmp_path / "claimed.yaml"
+    suite.write_text(yaml.safe_dump({**SUITE, "mechanisms": [{"name": "dp_pix", "grid": {"epsilon": [1.0]}}]}))
+    tracker = Tracker(tmp_path / "results")
+    for cell in expand(submission_suite(str(suite), "dp_pix", None), Placement(results_dir=tmp_path / "results")):
+        claim = mechanisms.get("dp_pix")(**cell.config.params).claim().to_dict()
+        tracker.log_cell(dataclasses.replace(made_up(cell, 0.5, 0.6), claim=claim), {"run": {"overrides": {}}}, {})
+    assert main(["submit", "--suite", str(suite), "--mechanism", "dp_pix", "--results-dir", str(tmp_path / "results"),
+                 "--cache-dir", str(shared_cache), "--entries", str(tmp_path / "entries")]) == 0
+    out = capsys.readouterr().out
+    entry = json.loads(next((tmp_path / "entries").glob("*.json")).read_text())
+    assert [r["verdict"] for r in entry["audit"].values()] == ["passed"]
+    assert "audit passed" in out and "not audited" not in out, out

@@ -25,7 +25,16 @@ SHIPPED = sorted(ENTRIES_DIR.glob("*.json"))
 BUILT_IN = ("identity", "pixelate", "blur", "gaussian_noise", "dp_pix", "image_dp", "face_blur", "face_overlay",
             "dp_latent")
 BOARDS = {"fewshot_synth_faces": "", "classify_synth_scenes_obf_obf": "_scenes"}
-"""The shipped boards: benchmark -> the suffix of its entries' names (docs/baselines.md)."""
+"""The shipped boards of mechanisms: benchmark -> the suffix of its entries' names (docs/baselines.md)."""
+METHOD_BOARDS = {"dp_vit_synth_objects": "dp_vit_quick"}
+"""The shipped boards of training methods: benchmark -> the suite whose every method is an entry of identity."""
+
+
+def _method_entries(suite: str) -> list[str]:
+    from bench.cli.submit_cmd import entry_names, suite_labels
+    from bench.scale.grid import load_suite
+
+    return sorted(entry_names("identity", suite_labels(load_suite(suite))).values())
 
 
 def _mechanisms_on(benchmark: str) -> set[str]:
@@ -64,4 +73,9 @@ def test_the_published_board_ranks_every_shipped_baseline_with_nothing_computed(
         board = table[table["benchmark"] == benchmark]
         assert sorted(board["entry"]) == sorted(m + suffix for m in BUILT_IN), benchmark
         assert (board["status"] == "ranked").all() and board["rank"].notna().all(), benchmark
-    assert (index.parent / "index.html").read_text(encoding="utf-8").count('href="boards/') >= len(BOARDS)
+    for benchmark, suite in METHOD_BOARDS.items():
+        board = table[table["benchmark"] == benchmark]
+        assert sorted(board["entry"]) == _method_entries(suite) and len(board) > 1, benchmark
+        assert (board["mechanism"] == "identity").all() and board["rank"].notna().all(), benchmark
+    boards = len(BOARDS) + len(METHOD_BOARDS)
+    assert (index.parent / "index.html").read_text(encoding="utf-8").count('href="boards/') >= boards
