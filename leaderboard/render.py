@@ -217,8 +217,8 @@ def _copy_sheet(name: str, source: Any, target_dir: Path, stem: str) -> str | No
     return f"{stem}{suffix}"
 
 
-def _joined(values) -> str:
-    return ", ".join(sorted({str(v) for v in values if str(v)})) or "–"
+def _joined(values, separator: str = ", ") -> str:
+    return separator.join(sorted({str(v) for v in values if str(v)})) or "–"
 
 
 def protocol_html(root: str, docs: str | None) -> Markup:
@@ -322,7 +322,8 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
         if mechanism in sheets:
             copied = _copy_sheet(mechanism, sheets[mechanism], out / "sheets", stem)
             sheet = f"../sheets/{copied}" if copied else None
-        claims = _joined(table.loc[table["mechanism"] == mechanism, "claim_type"])
+        # one mechanism's claim types on several boards; a claim type may itself hold commas
+        claims = _joined(table.loc[table["mechanism"] == mechanism, "claim_type"], "; ")
         board_cells = [{**row, "board": b.key.label, "status": "on a board"} for b in leaderboard.boards
                        for row in _board_cell_rows(b) if b.standing(row["entry"]).mechanism == mechanism]
         explored = [{**row, "board": f"{row['benchmark']} · profile {row['profile']}"
