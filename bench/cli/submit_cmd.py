@@ -207,19 +207,19 @@ class EntryParts:
 def build_entry(args, parts: EntryParts, outcomes: list, where, name: str) -> dict[str, Any]:
     """Returns the entry: provenance, the declaration, and every cell's result, MLflow run id and result digest.
 
-    Args:
-        args: The command line.
-        parts: What the entry is made of besides its results (``parts.cells``: its own cells).
-        outcomes: The grid's outcomes of those cells.
-        where: Where they ran.
-        name: The entry's name.
-
     Each cell's ``result_sha256`` is the SHA-256 of its result.json (the digest its run
     logged), so the board verifies what the entry states without the MLflow store
     (:mod:`leaderboard.verification`); with its ``overrides``, the suite's ``attacks`` and
     the result's own fields (task, params, seed, profile, split, precision, data
     fingerprints) it is what ``bench leaderboard verify`` recomputes a cell from. A cell's
     ``overrides`` are its own: the suite's ``--set`` sections with its training method.
+
+    Args:
+        args: The command line.
+        parts: What the entry is made of besides its results (``parts.cells``: its own cells).
+        outcomes: The grid's outcomes of those cells.
+        where: Where they ran.
+        name: The entry's name.
     """
     from bench.cell.provenance import git_sha, versions
     from bench.storage.tracking import Tracker
