@@ -23,6 +23,7 @@ from leaderboard.table import (
     places_text,
     privacy_text,
     rank_label,
+    tied_text,
 )
 
 __all__ = [
@@ -189,7 +190,7 @@ def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
         if note:
             head += "\n" + terminal_safe(note)
         ties = [f"  tied: {terminal_safe(s.name, width)} is not separated from "
-                f"{', '.join(terminal_safe(n, width) for n in s.tied_with)}" for s in board.standings if s.tied_with]
+                f"{tied_text(s, board, lambda n: terminal_safe(n, width))}" for s in board.standings if s.tied_with]
         notes = [f"  note: {terminal_safe(s.name, width)}: {terminal_safe(note)}" for s in board.standings
                  for note in s.notes]
         blocks.append("\n".join([head, *_columns(headers, rows, {3, 5, 7, 8, 9}), *ties, *notes]))

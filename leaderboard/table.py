@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -60,6 +60,22 @@ def rank_label(standing: Standing) -> str:
 def places_text(standing: Standing) -> str:
     """Returns an entry's place on each seed in seed order, ``1, 1, 2``, or ``–`` (unranked)."""
     return ", ".join(str(place) for _, place in standing.seed_places) or "–"
+
+
+def tied_text(standing: Standing, board: Board, shown: Callable[[str], str] = str) -> str:
+    """Returns whom a ranked entry is not separated from: their names, or ``every other ranked entry (N)``.
+
+    The short form stands for a list that would name every other ranked entry (three or more).
+
+    Args:
+        standing: The entry.
+        board: Its board.
+        shown: How a name is shown (the terminal truncates and escapes it).
+    """
+    others = sum(s.ranked for s in board.standings) - 1
+    if others >= 3 and len(standing.tied_with) == others:
+        return f"every other ranked entry ({others})"
+    return ", ".join(shown(name) for name in standing.tied_with)
 
 
 def claim_audit_label(standing: Standing) -> str:

@@ -29,7 +29,7 @@ from leaderboard.exports import (
 from leaderboard.pareto import hypervolume_2d
 from leaderboard.protocol import canonical_params
 from leaderboard.render import build_site, script_json, slug
-from leaderboard.table import TABLE_COLUMNS, exploration_table, leaderboard_table
+from leaderboard.table import TABLE_COLUMNS, exploration_table, leaderboard_table, tied_text
 
 XSS = "<script>alert(1)</script>"
 NASTY = [XSS, '"><img src=x onerror=alert(2)>', "../../etc/passwd", "a$b$c \\frac", "=cmd|' /C calc'!A0",
@@ -272,6 +272,27 @@ def test_terminal_shows_ties_flags_and_escaped_names():
     assert lines[3].split()[:2] == ["1", "(tied)"]
     assert "tied: dp_pix is not separated from \\u001b[2Jevil" in text
     assert exploration_table(leaderboard).empty
+
+
+def test_an_entry_tied_with_every_other_says_so_in_one_phrase_with_the_names_in_its_tooltip(tmp_path):
+    names = ["blur", "pixelate", "dp_pix", "gaussian_noise"]
+
+    def tied_board(count):
+        return board_of(*(entry("bench_a", m, shift=0.001 * i, spread=0.05 * (i + 1) * (-1) ** i)
+                          for i, m in enumerate(names[:count])))
+
+    leaderboard = tied_board(4)
+    board = leaderboard.boards[0]
+    assert all(len(s.tied_with) == 3 for s in board.standings)
+    assert {tied_text(s, board) for s in board.standings} == {"every other ranked entry (3)"}
+    assert "tied: blur is not separated from every other ranked entry (3)" in render_terminal(leaderboard)
+    page = next((build_site(leaderboard, tmp_path / "site").parent / "boards").glob("*.html")).read_text("utf-8")
+    assert page.count(">every other ranked entry (3)</td>") == 4
+    assert 'class="tied-with" title="gaussian_noise, dp_pix, pixelate">every other ranked entry (3)<' in page
+    # with three entries or fewer the names themselves are as short
+    small = tied_board(3).boards[0]
+    assert {frozenset(tied_text(s, small).split(", ")) for s in small.standings} == {
+        frozenset(names[:3]) - {s.name} for s in small.standings}
 
 
 def test_each_entry_shows_its_place_on_each_seed(tmp_path):
