@@ -178,7 +178,8 @@ def _standing_rows(board: Board, mech_names: _Names, root: str) -> list[dict[str
             "configurations": s.configurations, "flagged": s.flagged, "worst": fmt(worst.privacy),
             "worst_sort": _sort_value(worst.privacy), "worst_group": worst.group, "worst_title": worst.title,
             "status": s.status, "ranked": s.ranked,
-            "tied_with": tied_text(s, board), "tied_with_title": ", ".join(s.tied_with), "source": s.source, "suite": s.suite, "notes": list(s.notes),
+            "tied_with": tied_text(s, board), "tied_with_title": ", ".join(s.tied_with),
+            "source": s.source, "suite": s.suite, "notes": list(s.notes),
         })
     return rows
 
