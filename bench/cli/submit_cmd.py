@@ -147,9 +147,8 @@ def suite_labels(suite) -> list[str]:
     labels = []
     for benchmark in suite.benchmarks:
         for method in suite.method_settings():
-            task = {**suite.overrides.get("task", {}), **method}
             config = RunConfig(task=benchmark, mechanism="", profile=suite.profile,
-                               overrides={**suite.overrides, "task": task})
+                               overrides=suite.cell_overrides(method))
             labels.append(entry_label(config))
     return list(dict.fromkeys(labels))
 

@@ -97,9 +97,7 @@ def expand(suite: Suite, placement: Placement) -> list[Cell]:
         for benchmark in suite.benchmarks:
             for i, spec in enumerate(suite.mechanisms):
                 for params, method in itertools.product(spec.settings(), suite.method_settings()):
-                    overrides = {k: dict(v) for k, v in suite.overrides.items()}
-                    if method:
-                        overrides["task"] = {**overrides.get("task", {}), **method}
+                    overrides = suite.cell_overrides(method)
                     config = RunConfig(
                         task=benchmark, mechanism=spec.name, params=params, seed=seed, profile=suite.profile,
                         device=placement.device, data_root=placement.data_root, results_dir=placement.results_dir,

@@ -96,6 +96,13 @@ class Suite:
         """Returns the task settings of every method (one empty setting without ``methods``)."""
         return [s for spec in self.methods for s in spec.settings()] or [{}]
 
+    def cell_overrides(self, method: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """Returns a cell's ``--set`` sections: the suite's, with one method's task settings added."""
+        overrides = {k: dict(v) for k, v in self.overrides.items()}
+        if method:
+            overrides["task"] = {**overrides.get("task", {}), **method}
+        return overrides
+
     def restrict(self, mechanisms: Sequence[str] | None = None, benchmarks: Sequence[str] | None = None) -> "Suite":
         """Returns the suite limited to some mechanisms and benchmarks.
 
