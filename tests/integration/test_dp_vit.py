@@ -9,7 +9,6 @@ import json
 import math
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 

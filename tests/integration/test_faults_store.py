@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from fixtures.smoke_cells import CHEAP_TASK
 
 from bench.cli import main
 from bench.core.interfaces import Result
@@ -31,8 +32,7 @@ from bench.storage.tracking.relocate import relocate
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "fewshot_synth_faces"
 CHEAP = ["--task", TASK, "--mechanism", "pixelate", "--param", "block=8", "--profile", "smoke", "--seed", "0",
-         "--attacks", "none", "--set", "task.epochs=1", "--set", "task.episodes_per_epoch=2",
-         "--set", "task.val_episodes=5", "--set", "task.test_episodes=5"]
+         "--attacks", "none", *CHEAP_TASK]
 LOCKER = """
 import sqlite3, sys, time
 db = sqlite3.connect(sys.argv[1], isolation_level=None)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fixtures.smoke_cells import CHEAP_TASK
 
 from bench.cli import main
 from bench.core.registry import scoped
@@ -93,7 +94,7 @@ def smoke_argv(results: Path, cache: Path, mechanisms: str, *extra: str) -> list
 
 def test_killed_grid_resumes_without_losing_or_duplicating_cells(capsys, tmp_path, shared_cache):
     results = tmp_path / "results"
-    argv = smoke_argv(results, shared_cache, "identity,pixelate")
+    argv = smoke_argv(results, shared_cache, "identity,pixelate", "--attacks", "none", *CHEAP_TASK)
     keys = cell_keys(capsys, argv)
     assert len(keys) == 3
 

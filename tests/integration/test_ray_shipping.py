@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fixtures.smoke_cells import CHEAP_TASK
 
 pytest.importorskip("ray", reason="the ray executor needs ray (pip install 'ray>=2.9')")
 
@@ -251,7 +252,7 @@ def test_ray_started_by_the_caller_runs_the_nodes_code_after_the_same_check(caps
     results = tmp_path / "results"
     ray.init(address=cluster, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     try:
-        code = main(grid_argv(results, shared_cache, "identity"))
+        code = main(grid_argv(results, shared_cache, "identity", "--attacks", "none", *CHEAP_TASK))
     finally:
         ray.shutdown()
     out, err = capsys.readouterr()

@@ -21,6 +21,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from bench.core.interfaces import Result
 from bench.errors import BenchError
 from bench.storage.locks import file_lock
+from bench.storage.tracking import blank
 from bench.storage.tracking.health import (
     NoResults,
     StoreDamaged,
@@ -122,7 +123,10 @@ class Tracker:
         # Processes starting together on one results directory would otherwise race to
         # create MLflow's sqlite schema and the experiment.
         with file_lock(database.parent / ".bench-init.lock"):
+            copied = blank.restore(database)
             self.client = self._open(probe=False)
+            if not copied:
+                blank.remember(database)
             _ = self.experiment_id
             write_marker(database)
 
