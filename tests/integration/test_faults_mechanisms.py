@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from fixtures.smoke_cells import CHEAP_TASK
 
 import bench.storage.cache as cache_module
 from bench.cli import main
@@ -32,7 +33,7 @@ from bench.storage.tracking import Tracker
 from tests.integration.test_faults import metrics, statuses
 
 ROOT = Path(__file__).resolve().parents[2]
-CELL = ["--task", "fewshot_synth_faces", "--profile", "smoke", "--attacks", "none"]
+CELL = ["--task", "fewshot_synth_faces", "--profile", "smoke", "--attacks", "none", *CHEAP_TASK]
 
 HEADER = """
 from bench.core.interfaces import Mechanism, ParamSpace

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fixtures.smoke_cells import CHEAP_TASK
 
 from bench.cell import release as cell_release
 from bench.cell.plan import RunConfig, plan
@@ -66,7 +67,7 @@ def test_a_bf16_run_is_logged_shown_and_listed_as_bf16_beside_its_fp32_twin(tmp_
 
     results = tmp_path / "results"
     common = ["run", "--task", "fewshot_synth_faces", "--mechanism", "pixelate", "--param", "block=4", "--profile",
-              "smoke", "--device", "cpu", "--attacks", "face_reid", "--results-dir", str(results),
+              "smoke", "--device", "cpu", "--attacks", "face_reid", *CHEAP_TASK, "--results-dir", str(results),
               "--cache-dir", str(shared_cache), "-q"]
     assert main(common) == 0
     assert main([*common, "--precision", "bf16"]) == 0
