@@ -147,6 +147,7 @@ def test_a_copied_results_directory_reads_its_own_artifacts_after_relocate(ran, 
     assert "bench relocate" not in capsys.readouterr().err
 
 
+@pytest.mark.slow  # MLflow's server starts in 20-30 s; tests/unit/test_ui_cmd.py covers the command on stub servers
 def test_bench_ui_serves_a_copied_results_directory_with_its_artifacts(ran, tmp_path):
     import json as jsonlib
     import os

@@ -124,6 +124,7 @@ def test_tuning_the_allocator_turns_on_huge_pages_and_the_keeping_heap(monkeypat
     assert out.strip() == '{"thp": "0", "again": false}'
 
 
+@pytest.mark.slow  # five fresh processes, 20-25 s: a measurement of the tuning the tests above check
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 def test_a_freed_large_tensor_is_reused_without_page_faults_and_handed_back_on_release(monkeypatch):
     _clean_env(monkeypatch)
