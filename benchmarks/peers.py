@@ -243,7 +243,7 @@ def scale_rows(sizes: list[int], repeats: int, mode: str = "release", h: int = 1
         for name, params in SCALE:
             mech = mechanisms.get(name)(**params)
             with kernels.using(path):
-                seconds = BM.timed(lambda: mech.apply(images, generator=streams), repeats)
+                seconds = BM.timed(lambda m=mech, x=images, g=streams: m.apply(x, generator=g), repeats)
             ns[label(name, params)].append(seconds / images.numel() * 1e9)
             print(f"  scale {n:,} {name} done", file=sys.stderr, flush=True)
         del images, streams, base
