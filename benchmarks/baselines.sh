@@ -14,10 +14,9 @@
 # The shipped boards: `grid standard R && submit standard R` (fewshot_synth_faces, 66 cells) and
 # `grid classify_baselines R && submit classify_baselines R _scenes` (classify_synth_scenes_obf_obf, 45 cells) and
 # `grid dp_vit_quick R && submit dp_vit_quick R` (dp_vit_synth_objects, 30 cells: submit writes one entry per
-# DP-SGD method, `identity + <method>`).
-# The next, on a GPU: `device reid_baselines $OUT` (reid_synth_persons, 45 cells), then here
-# `unpack $OUT/reid_baselines.tgz P && submit reid_baselines P _reid` (submit finds each mechanism's group
-# folder under P).
+# DP-SGD method, `identity + <method>`) and `grid reid_baselines R && submit reid_baselines R _reid`
+# (reid_synth_persons, 39 cells). On a GPU: `device SUITE $OUT`, then here
+# `unpack $OUT/SUITE.tgz P && submit SUITE P [SUFFIX]` (submit finds each mechanism's group folder under P).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
