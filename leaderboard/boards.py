@@ -4,7 +4,8 @@ The rules are docs/protocol.md's. In short: rows are split by :class:`BoardKey`;
 counts on a board only as a cell of a declared entry (matched by cell key) on the test
 split; re-runs of one cell are averaged; an entry's score is the mean over its declared,
 complete seeds of the hypervolume of that seed's frontier; entries are ranked by paired
-comparisons over common seeds and share a rank unless separated at 95%.
+t-tests over common seeds and share a rank unless separated at 95%; each board states the
+hypervolume difference it can detect (:func:`leaderboard.stats.detection_power`).
 """
 
 from __future__ import annotations
@@ -20,18 +21,10 @@ from leaderboard.cells import REFUTED, TUNING_NOT_IN_EPSILON, average_reruns, ce
 from leaderboard.declare import Declaration, DeclaredCell
 from leaderboard.pareto import hypervolume_2d
 from leaderboard.protocol import MIN_SEEDS, TEST_SPLIT, BoardKey
-from leaderboard.stats import (
-    Comparison,
-    Estimate,
-    competition_ranks,
-    hypervolume_noise,
-    mean_estimate,
-    paired_comparison,
-    stable_seed,
-)
+from leaderboard.stats import Comparison, DetectionPower, Estimate, compare, competition_ranks, detection_power, mean_estimate
 from leaderboard.verification import VERIFIED, audit_text
 
-__all__ = ["Board", "Leaderboard", "Standing", "build_leaderboard", "NOISE_UNKNOWN", "RANKED", "TUNING", "UNBACKED",
+__all__ = ["Board", "Leaderboard", "Standing", "build_leaderboard", "RANKED", "TUNING", "UNBACKED",
            "UNDECLARED", "WITHHELD"]
 
 RANKED = "ranked"
@@ -44,8 +37,6 @@ WITHHELD = "WITHHELD"
 """Marks a claim type whose claim does not cover a released split (never a formal claim)."""
 UNBACKED = "UNBACKED"
 """Marks a claim type whose nominal epsilon the code cannot back (never a formal claim)."""
-NOISE_UNKNOWN = "the interval ignores within-seed privacy noise"
-"""The note of an entry with scored cells whose results record no ``privacy_score_se``."""
 HV_RANGE_TEXT = "[0, 1]"
 
 
@@ -70,7 +61,9 @@ class Standing:
         status: ``ranked``, or why not.
         rank: Competition rank (ranked entries only).
         tied: Whether another ranked entry has the same rank (shown as ``tied``).
-        tied_with: Ranked entries it is not separated from.
+        tied_with: The other ranked entries of the same rank (empty exactly when not ``tied``).
+        not_separated: Ranked entries of other ranks that it is not separated from either (when
+            separations are not transitive: A beats C, neither beats B).
         seed_places: ``(seed, place)`` pairs in seed order (ranked entries only): on each seed, 1 + the
             ranked entries with a larger hypervolume on that seed. Whether the ranking holds seed by
             seed, next to the rank, which rests on the mean and the paired comparisons.
@@ -79,9 +72,8 @@ class Standing:
         verification: ``verified``, or ``unverified: <why>`` (an entry file the board cannot
             verify: never ranked).
         notes: What its interval and claims rest on where a reader could take them for more:
-            an interval clipped to the hypervolume's range, cells whose within-seed privacy
-            noise is unknown (:data:`NOISE_UNKNOWN`), a withheld or UNBACKED claim, DP-SGD settings tuned
-            on the private records.
+            an interval clipped to the hypervolume's range, a withheld or UNBACKED claim, DP-SGD
+            settings tuned on the private records.
     """
 
     name: str
@@ -101,6 +93,7 @@ class Standing:
     rank: int | None = None
     tied: bool = False
     tied_with: tuple[str, ...] = ()
+    not_separated: tuple[str, ...] = ()
     seed_places: tuple[tuple[int, int], ...] = ()
     audit: str = ""
     verification: str = VERIFIED
@@ -122,12 +115,29 @@ class Board:
         cells: The entries' averaged cells (``entry`` names the entry; a cell in two
             entries appears twice).
         comparisons: (entry, entry) -> paired comparison (first minus second), for ranked pairs.
+        power: What its paired test can detect, from its ranked entries' own seeds.
     """
 
     key: BoardKey
     standings: tuple[Standing, ...]
     cells: pd.DataFrame
     comparisons: Mapping[tuple[str, str], Comparison] = field(default_factory=dict)
+    power: DetectionPower = DetectionPower(float("nan"), 0, 0, float("nan"))
+
+    @property
+    def ranked(self) -> tuple[Standing, ...]:
+        """The ranked entries, best first."""
+        return tuple(s for s in self.standings if s.ranked)
+
+    @property
+    def levels(self) -> int:
+        """The number of distinct ranks among its ranked entries."""
+        return len({s.rank for s in self.ranked})
+
+    @property
+    def separates(self) -> bool:
+        """Whether its test separates at least one pair of ranked entries (else it cannot rank them)."""
+        return self.levels > 1
 
     def standing(self, name: str) -> Standing:
         """Returns the standing of an entry by name.
@@ -217,25 +227,23 @@ def _unique_names(declarations: Sequence[Declaration]) -> list[Declaration]:
 
 def _board(cells: pd.DataFrame, declarations: Mapping[str, Declaration]) -> Board:
     key: BoardKey = cells["board_key"].iloc[0]
-    standings, noise = [], {}
-    for name, entry_cells in cells.groupby("entry", sort=True):
-        standing, seed_noise = _standing(key, declarations[name], entry_cells)
-        standings.append(standing)
-        noise[name] = seed_noise
+    standings = [_standing(declarations[name], entry_cells) for name, entry_cells in cells.groupby("entry", sort=True)]
     ranked = sorted((s for s in standings if s.ranked), key=lambda s: (-s.estimate.mean, s.name))
-    comparisons = _comparisons(key, ranked, noise)
+    comparisons = _comparisons(ranked)
     ranks = competition_ranks([s.estimate.mean for s in ranked],
                               lambda i, j: comparisons[(ranked[i].name, ranked[j].name)].separated)
     places = _seed_places(ranked)
     final = []
     for i, (standing, rank) in enumerate(zip(ranked, ranks)):
-        tied_with = tuple(other.name for j, other in enumerate(ranked)
-                          if j != i and not comparisons[(standing.name, other.name)].separated)
-        final.append(dataclasses.replace(standing, rank=rank, tied=ranks.count(rank) > 1, tied_with=tied_with,
+        same = tuple(other.name for j, other in enumerate(ranked) if j != i and ranks[j] == rank)
+        others = tuple(other.name for j, other in enumerate(ranked) if j != i and ranks[j] != rank
+                       and not comparisons[(standing.name, other.name)].separated)
+        final.append(dataclasses.replace(standing, rank=rank, tied=bool(same), tied_with=same, not_separated=others,
                                          seed_places=places[standing.name]))
     final.sort(key=lambda s: (s.rank, -s.estimate.mean, s.name))
     final += sorted((s for s in standings if not s.ranked), key=lambda s: s.name)
-    return Board(key, tuple(final), cells, comparisons)
+    power = detection_power({s.name: s.hypervolumes for s in ranked})
+    return Board(key, tuple(final), cells, comparisons, power)
 
 
 def _seed_places(ranked: list[Standing]) -> dict[str, tuple[tuple[int, int], ...]]:
@@ -250,51 +258,37 @@ def _seed_places(ranked: list[Standing]) -> dict[str, tuple[tuple[int, int], ...
     return {name: tuple(pairs) for name, pairs in places.items()}
 
 
-def _standing(key: BoardKey, declaration: Declaration, cells: pd.DataFrame) -> tuple[Standing, dict]:
-    configurations = set(declaration.configurations(key.benchmark))
+def _standing(declaration: Declaration, cells: pd.DataFrame) -> Standing:
+    configurations = set(declaration.configurations(cells["board_key"].iloc[0].benchmark))
     hypervolumes: dict[int, float] = {}
-    seed_noise: dict[int, np.ndarray | None] = {}
     for seed in declaration.seeds:
         seed_cells = cells[cells["seed"] == seed]
         if set(seed_cells["configuration"]) != configurations:
             continue
         points = seed_cells[["utility", "privacy"]].to_numpy(dtype=float)
-        errors = seed_cells[["utility_se", "privacy_se"]].to_numpy(dtype=float)
-        usable = np.isfinite(points).all(axis=1)
-        points, errors = np.clip(points[usable], 0.0, 1.0), errors[usable]
+        points = np.clip(points[np.isfinite(points).all(axis=1)], 0.0, 1.0)
         hypervolumes[seed] = hypervolume_2d(points) if len(points) else 0.0
-        rng = np.random.default_rng(stable_seed("noise", key.id, declaration.name, seed))
-        seed_noise[seed] = hypervolume_noise(points, errors, rng)
     complete = tuple(sorted(hypervolumes))
     flagged = int(cells["privacy"].isna().sum())
     status = declaration.problem() or _data_problem(complete, flagged, len(cells))
-    estimate = None
-    if complete:
-        estimate = mean_estimate([hypervolumes[s] for s in complete], [seed_noise[s] for s in complete],
-                                 seed=stable_seed("estimate", key.id, declaration.name), bounds=(0.0, 1.0))
-    standing = Standing(
+    estimate = mean_estimate([hypervolumes[s] for s in complete], bounds=(0.0, 1.0)) if complete else None
+    return Standing(
         name=declaration.name, source=declaration.source, mechanism=declaration.mechanism, suite=declaration.suite,
         claim_type=_claim_type(cells), configurations=len(configurations), declared_seeds=tuple(declaration.seeds),
         complete_seeds=complete, hypervolumes=hypervolumes, estimate=estimate, cells=len(cells),
         runs=int(cells["runs"].sum()), flagged=flagged, status=status,
         audit=audit_text(cells["audit"]) if "audit" in cells else "",
         verification=f"unverified: {declaration.unverified}" if declaration.unverified else VERIFIED,
-        notes=_notes(cells, complete, estimate),
+        notes=_notes(cells, estimate),
     )
-    return standing, seed_noise
 
 
-def _notes(cells: pd.DataFrame, complete: tuple[int, ...], estimate: Estimate | None) -> tuple[str, ...]:
+def _notes(cells: pd.DataFrame, estimate: Estimate | None) -> tuple[str, ...]:
     """What an entry's interval and claims rest on, where a reader could take them for more."""
     notes = []
     if estimate is not None and estimate.clipped:
         notes.append(f"95% CI clipped to {HV_RANGE_TEXT}: the t-interval reached outside the range a hypervolume "
                      "can take")
-    scored = cells[cells["seed"].isin(complete) & cells["privacy"].notna()]
-    unknown = int(scored["privacy_se"].isna().sum()) if "privacy_se" in scored else len(scored)
-    if unknown:
-        notes.append(f"{NOISE_UNKNOWN} for {unknown} of {len(scored)} scored cells (their results record no "
-                     "privacy_score_se)")
     withheld = sorted({w for w in cells.get("withheld", pd.Series(dtype=str)) if w})
     if withheld:
         notes.append(f"claim withheld for {'; '.join(withheld)} (the mechanism fitted on it, no public data): "
@@ -316,19 +310,14 @@ def _data_problem(complete: tuple[int, ...], flagged: int, cells: int) -> str:
     return RANKED
 
 
-def _comparisons(key: BoardKey, ranked: list[Standing], noise: Mapping[str, dict]) -> dict[tuple[str, str], Comparison]:
+def _comparisons(ranked: list[Standing]) -> dict[tuple[str, str], Comparison]:
+    """Every ordered pair of ranked entries -> their comparison (:func:`leaderboard.stats.compare`)."""
     out: dict[tuple[str, str], Comparison] = {}
     for i, first in enumerate(ranked):
         for second in ranked[i + 1:]:
-            a, b = sorted((first, second), key=lambda s: s.name)
-            common = sorted(set(a.complete_seeds) & set(b.complete_seeds))
-            comparison = paired_comparison(
-                [a.hypervolumes[s] for s in common], [b.hypervolumes[s] for s in common],
-                [noise[a.name][s] for s in common], [noise[b.name][s] for s in common],
-                seed=stable_seed("compare", key.id, a.name, b.name),
-            )
-            out[(a.name, b.name)] = comparison
-            out[(b.name, a.name)] = comparison.flipped()
+            comparison = compare(first.hypervolumes, second.hypervolumes)
+            out[(first.name, second.name)] = comparison
+            out[(second.name, first.name)] = comparison.flipped()
     return out
 
 

@@ -55,6 +55,7 @@ CELL_COLUMNS = [
     "utility_se",
     "privacy",
     "privacy_se",
+    "privacy_attack",
     "flag",
     "flag_detail",
     "epsilon",
@@ -222,6 +223,15 @@ def _privacy(row: pd.Series) -> tuple[float, float, str, str]:
     return math.nan, math.nan, (NO_ADVERSARY if attacks is not None and not attacks else TOO_WEAK), detail
 
 
+def _deciding_attack(row: pd.Series, score: float) -> str:
+    """Returns the adversary whose score is the cell's privacy score (the lowest; "" when none is defined)."""
+    scores = {name: _number(value) for name, value in (_mapping(row.get("privacy")) or {}).items()}
+    defined = sorted((value, name) for name, value in scores.items() if math.isfinite(value))
+    if not defined or not math.isfinite(score):
+        return ""
+    return min(defined, key=lambda pair: (abs(pair[0] - score), pair[1]))[1]
+
+
 def _groups(row: pd.Series) -> tuple[dict[str, Any], float, str]:
     """Returns (``Result.groups`` or ``{}``, the worst group's privacy or NaN, that group or "")."""
     groups = _mapping(row.get("groups")) or {}
@@ -291,8 +301,9 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
         ``utility_se`` its standard error from the logged 95% CI (NaN without one);
         ``privacy`` is the privacy score, NaN when undefined, in which case ``flag``
         says why (``attack too weak`` or ``no adversary``); ``privacy_se`` its standard
-        error within the run (``Result.privacy_score_se``; NaN when the result does not
-        record one); ``withheld`` the splits the mechanism's claim is withheld for ("" for
+        error within the run (``Result.privacy_score_se``, the delta method's; NaN when the
+        result does not record one); ``privacy_attack`` the adversary that set it (the one
+        with the lowest score; "" when none is defined); ``withheld`` the splits the mechanism's claim is withheld for ("" for
         none; such a claim is no formal claim); ``backed`` False for a mechanism's claim the
         code cannot back (UNBACKED, no formal claim either); ``tuning_cost`` the run's
         ``bench.tuning_cost`` tag ("" for none); ``board`` is the id of the
@@ -336,7 +347,7 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
             "params": params, "params_label": params_label(params), "configuration": canonical_params(params),
             "seed": _number(row.get("seed")), "split": _text(row.get("eval_split"), "test"),
             "metric": metric, "utility": utility, "utility_se": utility_se, "privacy": privacy,
-            "privacy_se": privacy_se, "flag": flag, "flag_detail": detail, "epsilon": epsilon, "delta": delta,
+            "privacy_se": privacy_se, "privacy_attack": _deciding_attack(row, privacy), "flag": flag, "flag_detail": detail, "epsilon": epsilon, "delta": delta,
             "unit": unit, "withheld": withheld, "backed": backed,
             "claim_label": "; ".join(x for x in (claim_label(epsilon, delta, unit, withheld, backed),
                                                  training and f"training: {training}") if x),

@@ -22,6 +22,8 @@ from leaderboard.table import (
     leaderboard_table,
     places_text,
     privacy_text,
+    RANK_LINE,
+    board_power_text,
     rank_label,
     tied_text,
 )
@@ -102,8 +104,9 @@ def write_csv(table: pd.DataFrame, path: Any) -> None:
 
 
 PROTOCOL_LINE = (f"Ranked by the mean over ≥ {MIN_SEEDS} seeds of each seed's frontier hypervolume over a declared "
-                 f"set of ≤ {K_MAX} configurations; entries share a rank unless a paired comparison over seeds "
-                 "separates them at 95% (docs/protocol.md). An entry file the board cannot verify (its mechanism not "
+                 f"set of ≤ {K_MAX} configurations; entries share a rank unless a paired t-test over common seeds "
+                 "(two-sided, 5%) separates them (docs/protocol.md). An entry file the board cannot verify (its "
+                 "mechanism not "
                  "registered, a cell that does not match its result digest, a claim whose audit failed or is "
                  "missing) is listed as unverified, and one whose cells today's code would compute under other "
                  "keys (a version bump) as stale; neither is ranked.")
@@ -135,10 +138,12 @@ def render_markdown(leaderboard: Leaderboard) -> str:
         note = hardware_note(board)
         if note:
             lines += [markdown_escape(note), ""]
+        power = board_power_text(board)
+        lines += [markdown_escape(RANK_LINE + (" " + power if power else "")), ""]
         lines += [_MD_HEADER, "|" + "---|" * 13]
         for standing, r in zip(board.standings, rows.itertuples(index=False)):
             lines.append("| " + " | ".join([
-                markdown_escape(rank_label(standing)), markdown_escape(r.entry), markdown_escape(r.mechanism),
+                markdown_escape(rank_label(standing, board)), markdown_escape(r.entry), markdown_escape(r.mechanism),
                 markdown_escape(claim_audit_label(standing)), fmt(r.hv_mean), interval_text(r.hv_low, r.hv_high),
                 f"{fmt(r.hv_std)}; {fmt(r.hv_min)}–{fmt(r.hv_max)}", places_text(standing),
                 f"{r.seeds} of {len(standing.declared_seeds)}",
@@ -180,21 +185,25 @@ def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
         for s in board.standings:
             e = s.estimate
             rows.append([
-                rank_label(s), terminal_safe(s.name, width), terminal_safe(claim_audit_label(s), width + 16),
+                rank_label(s, board), terminal_safe(s.name, width), terminal_safe(claim_audit_label(s), width + 16),
                 fmt(e.mean if e else None), interval_text(e.low, e.high) if e else "–", fmt(e.std if e else None),
                 places_text(s), f"{len(s.complete_seeds)}/{len(s.declared_seeds)}", str(s.configurations),
                 str(s.flagged),
                 terminal_safe(s.status, 160 if s.status.startswith(("unverified", "stale")) else 48),
             ])
-        head, note = terminal_safe(board.key.label), hardware_note(board)
+        head, note, power = terminal_safe(board.key.label), hardware_note(board), board_power_text(board)
         if note:
             head += "\n" + terminal_safe(note)
-        ties = [f"  tied: {terminal_safe(s.name, width)} is not separated from "
-                f"{tied_text(s, board, lambda n: terminal_safe(n, width))}" for s in board.standings if s.tied_with]
+        shown = lambda n: terminal_safe(n, width)  # noqa: E731
+        ties = [f"  tied: {shown(s.name)} shares its rank with {tied_text(s, board, shown)}"
+                for s in board.standings if s.tied_with and board.separates]
+        ties += [f"  not separated either: {shown(s.name)} and {', '.join(map(shown, s.not_separated))} (other ranks)"
+                 for s in board.standings if s.not_separated]
         notes = [f"  note: {terminal_safe(s.name, width)}: {terminal_safe(note)}" for s in board.standings
                  for note in s.notes]
-        blocks.append("\n".join([head, *_columns(headers, rows, {3, 5, 7, 8, 9}), *ties, *notes]))
-    return "\n\n".join(blocks) + "\n"
+        summary = [terminal_safe(power)] if power else []
+        blocks.append("\n".join([head, *_columns(headers, rows, {3, 5, 7, 8, 9}), *summary, *ties, *notes]))
+    return "\n\n".join(blocks) + "\n\n" + RANK_LINE + "\n"
 
 
 def render_exploration(leaderboard: Leaderboard, width: int = 32) -> str:

@@ -24,7 +24,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from bench.errors import BenchError
-from leaderboard.boards import Board, Leaderboard
+from leaderboard.boards import Board, Leaderboard, Standing
 from leaderboard.exports import PROTOCOL_LINE, fmt, interval_text, render_markdown, write_csv
 from leaderboard.groups_view import mechanism_groups
 from leaderboard.plot import frontier_plot
@@ -35,6 +35,8 @@ from leaderboard.table import (
     leaderboard_table,
     places_text,
     privacy_text,
+    RANK_LINE,
+    board_power_text,
     rank_label,
     tied_text,
     worst_group,
@@ -165,7 +167,7 @@ def _standing_rows(board: Board, mech_names: _Names, root: str) -> list[dict[str
         volumes = list(s.hypervolumes.values())
         worst = worst_group(board.cells[board.cells["entry"] == s.name])
         rows.append({
-            "rank": rank_label(s), "rank_sort": _sort_value(s.rank), "tied": s.tied, "entry": s.name,
+            "rank": rank_label(s, board), "rank_sort": _sort_value(s.rank), "tied": s.tied, "entry": s.name,
             "mechanism": s.mechanism, "href": f"{root}mechanisms/{mech_names[s.mechanism]}.html",
             "claim_type": s.claim_type, "audit": s.audit, "verification": s.verification,
             "verified": not s.verification.startswith("unverified"), "hv": fmt(e.mean if e else None), "hv_sort": _sort_value(e.mean if e else None),
@@ -178,10 +180,19 @@ def _standing_rows(board: Board, mech_names: _Names, root: str) -> list[dict[str
             "configurations": s.configurations, "flagged": s.flagged, "worst": fmt(worst.privacy),
             "worst_sort": _sort_value(worst.privacy), "worst_group": worst.group, "worst_title": worst.title,
             "status": s.status, "ranked": s.ranked,
-            "tied_with": tied_text(s, board), "tied_with_title": ", ".join(s.tied_with),
+            "tied_with": tied_text(s, board), "tied_with_title": _tied_title(s),
             "source": s.source, "suite": s.suite, "notes": list(s.notes),
         })
     return rows
+
+
+def _tied_title(s: Standing) -> str:
+    """The tooltip of an entry's "Tied with" cell: its rank's other entries, then those of other ranks it is not
+    separated from."""
+    parts = [", ".join(s.tied_with)] if s.tied_with else []
+    if s.not_separated:
+        parts.append(f"not separated either (other ranks): {', '.join(s.not_separated)}")
+    return "; ".join(parts)
 
 
 def _board_cell_rows(board: Board) -> list[dict[str, Any]]:
@@ -190,7 +201,7 @@ def _board_cell_rows(board: Board) -> list[dict[str, Any]]:
         "entry": c.entry, "params": c.params_label, "seed": _seed_text(c.seed), "seed_sort": _sort_value(c.seed),
         "utility": fmt(c.utility, 4), "utility_sort": _sort_value(c.utility),
         "privacy": privacy_text(c.privacy, c.flag), "privacy_sort": _sort_value(c.privacy), "flagged": bool(c.flag),
-        "detail": c.flag_detail, "claim": c.claim_label, "audit": getattr(c, "audit", ""), "runs": int(c.runs), "source": c.source, "run_id": c.run_id,
+        "privacy_attack": getattr(c, "privacy_attack", "") or "–", "detail": c.flag_detail, "claim": c.claim_label, "audit": getattr(c, "audit", ""), "runs": int(c.runs), "source": c.source, "run_id": c.run_id,
         "hardware": getattr(c, "hardware", ""),
     } for c in cells.itertuples(index=False)]
 
@@ -302,7 +313,7 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
         write(f"boards/{stem}.html", "board.html", "../", name=board.key.benchmark, identity=_identity(board),
               plot=f"../plots/{stem}.svg", plot_png=f"../plots/{stem}.png", plot_data=f"../plots/{stem}.json",
               plot_mark=plot["mark"], plot_note=plot["note"], rows=rows, cells=_board_cell_rows(board),
-              hardware_note=hardware_note(board),
+              hardware_note=hardware_note(board), rank_line=RANK_LINE, power=board_power_text(board),
               claim_types=sorted({r["claim_type"] for r in rows}),
               data={"board": _identity(board), "rows": table[table["board"] == board.key.id].to_dict(orient="records")})
         index_boards.append({"name": board.key.benchmark, "href": f"boards/{stem}.html", "identity": _identity(board),
@@ -316,7 +327,7 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
     for mechanism in mechanisms:
         stem = mech_names[mechanism]
         entries = [{"board": b.key.label, "benchmark": b.key.benchmark, "href": f"../{board_links[b.key.id]}",
-                    "entry": s.name, "rank": rank_label(s), "of": sum(x.ranked for x in b.standings),
+                    "entry": s.name, "rank": rank_label(s, b), "of": sum(x.ranked for x in b.standings),
                     "hv": fmt(s.estimate.mean if s.estimate else None),
                     "ci": interval_text(s.estimate.low, s.estimate.high) if s.estimate else "–", "status": s.status}
                    for b in leaderboard.boards for s in b.standings if s.mechanism == mechanism]

@@ -2,9 +2,10 @@
 
 A row's utility is the mean over its seeds with a 95% interval (Student t over seeds;
 with one seed, the cell's own logged CI), privacy the mean of the defined scores (flagged
-cells counted, never scored) with a 95% interval that includes each seed's within-run noise
-(``privacy_score_se``, :func:`leaderboard.stats.mean_interval`, the board's two-level
-bootstrap), and its claims typed by unit: the mechanism's and a training claim, side by side
+cells counted, never scored) with a 95% interval (Student t over seeds, whose spread already
+holds each seed's within-run noise; one seed: ±1.96 × its ``privacy_score_se``, the delta
+method's standard error; :func:`leaderboard.stats.mean_interval`), cut to [0, 1] and printed
+as ``(low–high)`` where it reaches outside that range, and its claims typed by unit: the mechanism's and a training claim, side by side
 (``UNBACKED`` where the code cannot back one); a formal claim without a passed audit on record
 is marked ``(unaudited)`` (``(audit inconclusive)``, ``(audit failed)``), a withheld or
 unbacked one carries that status alone. Rows of one benchmark, profile, data (synthetic or
@@ -28,7 +29,7 @@ from bench.errors import BenchError
 from leaderboard.cells import cells_frame, claim_label, formal_claim
 from leaderboard.exports import csv_text, markdown_escape
 from leaderboard.protocol import precision_suffix, settings_label
-from leaderboard.stats import mean_interval, stable_seed
+from leaderboard.stats import mean_interval
 
 __all__ = ["REPORT_COLUMNS", "report_table", "to_latex", "to_markdown"]
 
@@ -68,9 +69,7 @@ def report_table(rows: pd.DataFrame, benchmark: str | None = None, columns: Sequ
                                              privacy=("privacy", "mean"), privacy_se=("privacy_se", "mean"))
         utility, half = _mean_ci(per_seed["utility"].to_numpy(float), per_seed["se"].to_numpy(float))
         scored = per_seed[per_seed["privacy"].notna()]
-        privacy, privacy_half = mean_interval(
-            scored["privacy"].to_numpy(float), scored["privacy_se"].to_numpy(float),
-            seed=stable_seed("report", bench_name, profile, settings, arithmetic, mechanism, params, training))
+        privacy, privacy_half = mean_interval(scored["privacy"].to_numpy(float), scored["privacy_se"].to_numpy(float))
         method = training.split(":")[0] if training else ""
         extra = {}
         for name in columns:
@@ -159,8 +158,15 @@ def _pm(value: float, half: float, digits: int = 3) -> str:
     return f"{value:.{digits}f} ± {half:.{digits}f}" if math.isfinite(half) else f"{value:.{digits}f}"
 
 
+def _bounded(value: float, half: float, digits: int = 3) -> str:
+    """``value ± half``, or ``value (low–high)`` with the interval cut to [0, 1] where it reaches outside."""
+    if math.isfinite(value) and math.isfinite(half) and (value - half < 0.0 or value + half > 1.0):
+        return f"{value:.{digits}f} ({max(0.0, value - half):.{digits}f}–{min(1.0, value + half):.{digits}f})"
+    return _pm(value, half, digits)
+
+
 def _privacy_text(row: Any) -> str:
-    text = _pm(row.privacy, row.privacy_ci)
+    text = _bounded(row.privacy, row.privacy_ci)
     return text + (f" ({row.flagged} cell(s): {row.flag})" if row.flagged else "")
 
 
@@ -182,11 +188,13 @@ def _cells(row: Any, extra: Sequence[str] = ()) -> tuple:
 
 def plus_minus(seeds: int) -> str:
     """States what every ± of a table of ``seeds``-seed rows means (the table's caption)."""
+    clipped = (" A privacy interval that reaches outside the score's range, 0 to 1, is cut to it and printed as its "
+               "two ends, low–high, after the score.")
     if seeds == 1:
         return ("One seed per row (never pooled with means over several seeds); ± is the half-width of the "
-                "cell's own 95% CI: its logged CI, for privacy ±1.96 × its within-run standard error.")
-    return (f"Mean over {seeds} seeds; ± is the half-width of the 95% CI of the mean: Student t over seeds, for "
-            "privacy with each seed's within-run noise included (two-level bootstrap).")
+                "cell's own 95% CI: its logged CI, for privacy 1.96 × its delta-method standard error." + clipped)
+    return (f"Mean over {seeds} seeds; ± is the half-width of the 95% CI of the mean: Student t over seeds (their "
+            "spread already holds each seed's within-run noise)." + clipped)
 
 
 def _sections(table: pd.DataFrame):

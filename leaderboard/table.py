@@ -16,8 +16,10 @@ __all__ = [
     "BOARD_CELL_COLUMNS",
     "EXPLORATION_COLUMNS",
     "TABLE_COLUMNS",
+    "RANK_LINE",
     "WorstGroup",
     "board_cells_table",
+    "board_power_text",
     "claim_audit_label",
     "exploration_table",
     "hardware_mix",
@@ -34,11 +36,12 @@ TABLE_COLUMNS = [
     "rank", "tied", "entry", "mechanism", "claim_type", "audit",
     "hv_mean", "hv_low", "hv_high", "hv_std", "hv_min", "hv_max", "seed_places", "seeds", "declared_seeds",
     "configurations", "cells", "runs", "flagged", "worst_group_privacy", "worst_group", "status", "verification",
-    "tied_with", "notes", "suite", "source", "hardware",
+    "tied_with", "not_separated", "detectable", "notes", "suite", "source", "hardware",
 ]
 
 BOARD_CELL_COLUMNS = [
-    "entry", "params", "seed", "metric", "utility", "utility_se", "privacy", "privacy_se", "flag", "flag_detail",
+    "entry", "params", "seed", "metric", "utility", "utility_se", "privacy", "privacy_se", "privacy_attack", "flag",
+    "flag_detail",
     "claim", "audit",
     "runs", "source", "run_id", "hardware",
 ]
@@ -50,11 +53,43 @@ EXPLORATION_COLUMNS = [
 ]
 
 
-def rank_label(standing: Standing) -> str:
-    """Returns ``1``, ``1 (tied)`` or ``–`` (unranked)."""
+RANK_LINE = ("Rank: 1 + the number of entries that a paired t-test over common seeds (two-sided, 5%) separates "
+             "above it or above any entry with a higher mean, so a rank never improves as the mean falls; entries of "
+             "one rank are tied; rows by rank, then mean.")
+"""How ranks are read, in one line (every board page, Markdown and terminal board)."""
+
+UNSEPARATED = "="
+"""The rank label of every ranked entry on a board that separates none of them."""
+
+
+def rank_label(standing: Standing, board: Board | None = None) -> str:
+    """Returns ``1``, ``1 (tied)``, ``–`` (unranked), or ``=`` on a board that separates no pair.
+
+    Args:
+        standing: The entry.
+        board: Its board; given, a board that cannot rank its entries shows :data:`UNSEPARATED`
+            instead of a column of ``1 (tied)``.
+    """
     if standing.rank is None:
         return "–"
+    if board is not None and not board.separates:
+        return UNSEPARATED
     return f"{standing.rank} (tied)" if standing.tied else str(standing.rank)
+
+
+def board_power_text(board: Board) -> str:
+    """Says what a board can rank: its rank levels, or that it separates nothing, with its detectable difference.
+
+    "" for a board with fewer than two ranked entries.
+    """
+    ranked = len(board.ranked)
+    if ranked < 2:
+        return ""
+    if not board.separates:
+        return (f"This board separates none of its {ranked} ranked entries (no pair differs at 5%), so it does not "
+                f"rank them: rows are in order of mean and '{UNSEPARATED}' marks the shared place; "
+                f"{board.power.text()}.")
+    return f"{board.levels} rank levels among {ranked} ranked entries; {board.power.text()}."
 
 
 def places_text(standing: Standing) -> str:
@@ -63,7 +98,7 @@ def places_text(standing: Standing) -> str:
 
 
 def tied_text(standing: Standing, board: Board, shown: Callable[[str], str] = str) -> str:
-    """Returns whom a ranked entry is not separated from: their names, or ``every other ranked entry (N)``.
+    """Returns the other entries of a ranked entry's rank: their names, or ``every other ranked entry (N)``.
 
     The short form stands for a list that would name every other ranked entry (three or more).
 
@@ -180,6 +215,7 @@ def _standing_row(board: Board, s: Standing) -> dict[str, Any]:
         "declared_seeds": ",".join(map(str, s.declared_seeds)), "configurations": s.configurations, "cells": s.cells,
         "runs": s.runs, "flagged": s.flagged, "worst_group_privacy": worst.privacy, "worst_group": worst.group,
         "status": s.status, "verification": s.verification, "tied_with": ", ".join(s.tied_with),
+        "not_separated": ", ".join(s.not_separated), "detectable": board.power.detectable,
         "suite": s.suite, "source": s.source, "hardware": "; ".join(hardware_mix(cells)), "notes": "; ".join(s.notes),
     }
 
@@ -197,8 +233,9 @@ def leaderboard_table(leaderboard: Leaderboard) -> pd.DataFrame:
     group) with the group most often worst (``worst_group``; see :func:`worst_group`),
     ``status`` (``ranked`` or why not), ``audit`` (the audit verdict of its claims, "" without
     one), ``verification`` (``verified`` or ``unverified: <why>``: an unverified entry file is
-    never ranked), ``tied_with`` (entries it is not separated from)
-    , ``hardware`` (what computed its cells, :func:`hardware_mix`) and ``notes`` (what its
+    never ranked), ``tied_with`` (the other entries of its rank), ``not_separated`` (entries of
+    other ranks it is not separated from either), ``detectable`` (the board's minimum detectable
+    hypervolume difference at 80% power), ``hardware`` (what computed its cells, :func:`hardware_mix`) and ``notes`` (what its
     interval and claims rest on, ``Standing.notes`` joined with "; ").
     """
     rows = [_standing_row(board, s) for board in leaderboard.boards for s in board.standings]
@@ -208,11 +245,17 @@ def leaderboard_table(leaderboard: Leaderboard) -> pd.DataFrame:
 
 
 def board_cells_table(board: Board) -> pd.DataFrame:
-    """Returns a board's averaged cells: one row per entry, configuration and seed."""
+    """Returns a board's averaged cells: one row per entry, configuration and seed.
+
+    ``utility_se`` and ``privacy_se`` are standard errors within the cell (the privacy
+    score's by the delta method), never 95% half-widths; ``privacy_attack`` names the
+    adversary that set the privacy score.
+    """
     cells = board.cells.sort_values(["entry", "params_label", "seed"], kind="mergesort")
     rows = [{
         "entry": c.entry, "params": c.params_label, "seed": c.seed, "metric": c.metric, "utility": c.utility,
         "utility_se": c.utility_se, "privacy": c.privacy, "privacy_se": getattr(c, "privacy_se", float("nan")),
+        "privacy_attack": getattr(c, "privacy_attack", ""),
         "flag": c.flag, "flag_detail": c.flag_detail,
         "claim": c.claim_label, "audit": getattr(c, "audit", ""), "runs": c.runs, "source": c.source,
         "run_id": c.run_id,

@@ -90,8 +90,15 @@ class AttackOutcome:
         return scores.score_interval(part.value, part.clean, part.chance, *part.standard_errors())
 
     def privacy_se(self) -> float | None:
-        """Returns the standard error of :meth:`privacy` (:func:`bench.core.scores.interval_se`), or None."""
-        return scores.interval_se(self.interval())
+        """Returns the standard error of :meth:`privacy`: the decisive part's delta-method error, or None.
+
+        See :func:`bench.core.scores.score_se`; it is the error of the unclipped score, never the
+        width of the clipped interval (a score at 0 or 1 keeps its full error).
+        """
+        if self.privacy() is None:
+            return None
+        part = self.decisive()
+        return scores.score_se(part.value, part.clean, part.chance, *part.standard_errors())
 
     def error_metrics(self, primary: str) -> dict[str, float]:
         """Returns ``<primary>_se``, ``<primary>_clean_se`` and ``privacy_se`` (and each part's), where known.

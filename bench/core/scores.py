@@ -121,42 +121,42 @@ def proportion_se(fraction: float, trials: int | None) -> float | None:
     return math.sqrt(p * (1.0 - p) / n)
 
 
-def score_interval(value: float, clean: float, chance: float, value_se: float | None,
-                   clean_se: float | None) -> tuple[float, float] | None:
-    """Returns the 95% interval of ``1 - (value - chance) / (clean - chance)``, cut to [0, 1].
+def score_se(value: float, clean: float, chance: float, value_se: float | None,
+             clean_se: float | None) -> float | None:
+    """Returns the delta-method standard error of ``1 - (value - chance) / (clean - chance)``.
 
-    The delta method through ``retained = (v - c) / (v_clean - c)``, with ``v`` and
-    ``v_clean`` taken as independent (they are measured on the same probes and positively
-    correlated, so this errs wide) and the chance rate ``c`` as known:
+    Through ``retained = (v - c) / (v_clean - c)``, with ``v`` and ``v_clean`` taken as
+    independent (they are measured on the same probes and positively correlated, so this
+    errs wide) and the chance rate ``c`` as known:
     ``se(retained)^2 = se_v^2 / (v_clean - c)^2 + (v - c)^2 se_clean^2 / (v_clean - c)^4``.
-    The score is clipped to [0, 1], and so is its interval: the unclipped score plus or
-    minus 1.96 standard errors, cut to [0, 1] (a clipping map is monotone, so the cut interval
-    covers the clipped score as the unclipped one covers the unclipped score).
+    It is the error of the unclipped score; the privacy score's ± everywhere.
 
     Returns:
-        (low, high), or None when a standard error is unknown or the clean advantage is 0.
+        The standard error, or None when a standard error is unknown or the clean advantage is 0.
     """
     if value_se is None or clean_se is None or not clean > chance:
         return None
     span = clean - chance
-    retained = (value - chance) / span
     se = math.sqrt(value_se ** 2 / span ** 2 + (value - chance) ** 2 * clean_se ** 2 / span ** 4)
-    if not math.isfinite(se):
-        return None
-    score = 1.0 - retained
-    return max(0.0, min(1.0, score - Z95 * se)), max(0.0, min(1.0, score + Z95 * se))
+    return se if math.isfinite(se) else None
 
 
-def interval_se(interval: tuple[float, float] | None) -> float | None:
-    """Returns the standard error a 95% interval stands for: its width / (2 x 1.96).
+def score_interval(value: float, clean: float, chance: float, value_se: float | None,
+                   clean_se: float | None) -> tuple[float, float] | None:
+    """Returns the 95% interval of ``1 - (value - chance) / (clean - chance)``, cut to [0, 1].
 
-    For a score inside (0, 1) whose interval is not cut this is the delta-method error; a
-    clipped score's (at 0 or 1) is half its cut interval's, so ``score ± se`` never leaves
-    [0, 1] by much and a wide interval still reads as a large error.
+    The unclipped score plus or minus 1.96 delta-method standard errors (:func:`score_se`),
+    cut to [0, 1] (a clipping map is monotone, so the cut interval covers the clipped score as
+    the unclipped one covers the unclipped score).
+
+    Returns:
+        (low, high), or None when a standard error is unknown or the clean advantage is 0.
     """
-    if interval is None:
+    se = score_se(value, clean, chance, value_se, clean_se)
+    if se is None:
         return None
-    return (interval[1] - interval[0]) / (2 * Z95)
+    score = 1.0 - (value - chance) / (clean - chance)
+    return max(0.0, min(1.0, score - Z95 * se)), max(0.0, min(1.0, score + Z95 * se))
 
 
 def imprecise_flag(interval: tuple[float, float] | None, width: float = IMPRECISE_WIDTH) -> str | None:

@@ -268,9 +268,10 @@ def test_terminal_shows_ties_flags_and_escaped_names():
     assert "\x1b" not in text and "\\u001b[2Jevil" in text
     lines = text.splitlines()
     assert lines[0].startswith("bench_a · profile smoke · synthetic data (fp)") and "HV mean" in lines[1]
-    assert lines[2].split()[:3] == ["1", "(tied)", "dp_pix"]
-    assert lines[3].split()[:2] == ["1", "(tied)"]
-    assert "tied: dp_pix is not separated from \\u001b[2Jevil" in text
+    # a board that separates no pair ranks nothing: '=' for all, and one line that says so (issue 55)
+    assert lines[2].split()[:2] == ["=", "dp_pix"]
+    assert lines[3].split()[0] == "="
+    assert "This board separates none of its 2 ranked entries" in lines[4]
     assert exploration_table(leaderboard).empty
 
 
@@ -285,7 +286,7 @@ def test_an_entry_tied_with_every_other_says_so_in_one_phrase_with_the_names_in_
     board = leaderboard.boards[0]
     assert all(len(s.tied_with) == 3 for s in board.standings)
     assert {tied_text(s, board) for s in board.standings} == {"every other ranked entry (3)"}
-    assert "tied: blur is not separated from every other ranked entry (3)" in render_terminal(leaderboard)
+    assert "This board separates none of its 4 ranked entries" in render_terminal(leaderboard)
     page = next((build_site(leaderboard, tmp_path / "site").parent / "boards").glob("*.html")).read_text("utf-8")
     assert page.count(">every other ranked entry (3)</td>") == 4
     assert 'class="tied-with" title="gaussian_noise, dp_pix, pixelate">every other ranked entry (3)<' in page

@@ -109,7 +109,8 @@ def test_identical_frontiers_tie_however_many_reruns_one_of_them_has():
     assert [s.rank for s in board.standings] == [1, 1]
     assert all(s.tied for s in board.standings)
     assert board.standing("same_a").tied_with == ("same_b",)
-    assert "1 (tied)" in render_terminal(build_leaderboard(pd.DataFrame(rows), [declare("same_a"), declare("same_b")]))
+    assert "This board separates none of its 2 ranked entries" in render_terminal(
+        build_leaderboard(pd.DataFrame(rows), [declare("same_a"), declare("same_b")]))
 
 
 def test_a_transfer_target_s_data_is_part_of_the_board_and_a_public_set_is_not():

@@ -64,27 +64,34 @@ def test_latex_is_booktabs_inside_a_table_float_with_a_real_caption():
     assert not any(line.startswith("% fewshot") for line in latex.splitlines())
 
 
-def test_the_privacy_interval_includes_within_seed_noise():
+def test_the_privacy_interval_is_over_seeds_and_within_seed_noise_is_not_added_again():
     quiet = report_table(pd.DataFrame(cells("blur"))).set_index("configuration")
     noisy = report_table(pd.DataFrame(cells("blur", se=0.08))).set_index("configuration")
     for configuration in quiet.index:
         assert noisy.loc[configuration, "privacy"] == pytest.approx(quiet.loc[configuration, "privacy"])
-        assert noisy.loc[configuration, "privacy_ci"] > quiet.loc[configuration, "privacy_ci"] > 0
+        assert noisy.loc[configuration, "privacy_ci"] == pytest.approx(quiet.loc[configuration, "privacy_ci"])
+        assert quiet.loc[configuration, "privacy_ci"] > 0
     one = report_table(pd.DataFrame(cells("blur", seeds=(0,), se=0.05)))
     assert one["privacy_ci"].tolist() == pytest.approx([1.96 * 0.05] * 2, rel=1e-3)
     assert math.isnan(report_table(pd.DataFrame(cells("blur", seeds=(0,))))["privacy_ci"].iloc[0])
 
 
-def test_mean_interval_is_the_t_interval_without_noise_and_wider_with_it():
+def test_a_privacy_interval_is_cut_to_0_1_and_says_so():
+    markdown = to_markdown(report_table(pd.DataFrame(cells("blur", seeds=(0,), se=0.5))))
+    rows = [line for line in markdown.splitlines() if line.startswith("| blur |")]
+    assert rows and all("(0.000–1.000)" in line and line.count(" ± ") == 1 for line in rows)  # utility keeps its ±
+    assert "cut to it" in markdown
+
+
+def test_mean_interval_is_the_t_interval_over_seeds():
     values = np.array([0.40, 0.45, 0.43])
-    mean, half = mean_interval(values, [math.nan] * 3, seed=1)
+    mean, half = mean_interval(values, [math.nan] * 3)
     from scipy import stats
 
     t_half = stats.t.ppf(0.975, 2) * values.std(ddof=1) / math.sqrt(3)
-    assert mean == pytest.approx(values.mean()) and half == pytest.approx(t_half, rel=0.1)
-    assert mean_interval(values, [0.05] * 3, seed=1)[1] > half
-    assert mean_interval(values, [0.05] * 3, seed=1) == mean_interval(values, [0.05] * 3, seed=1)
-    assert mean_interval([], [], seed=1) == (pytest.approx(math.nan, nan_ok=True), pytest.approx(math.nan, nan_ok=True))
+    assert mean == pytest.approx(values.mean()) and half == pytest.approx(t_half, rel=1e-9)
+    assert mean_interval(values, [0.05] * 3) == (mean, half)
+    assert mean_interval([], []) == (pytest.approx(math.nan, nan_ok=True), pytest.approx(math.nan, nan_ok=True))
 
 
 @pytest.mark.parametrize("command", [["report"], ["leaderboard", "verify"]])

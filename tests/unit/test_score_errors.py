@@ -10,7 +10,7 @@ import pytest
 from bench.cell.report import format_result
 from bench.core.interfaces import AttackOutcome, Result
 from bench.core.outcomes import attack_errors, imprecise_flags, privacy_score_se
-from bench.core.scores import IMPRECISE, TOO_WEAK, Z95, interval_se, proportion_se, score_interval
+from bench.core.scores import IMPRECISE, TOO_WEAK, Z95, proportion_se, score_interval, score_se
 
 
 def test_the_binomial_error_is_wald_for_many_trials_and_never_zero():
@@ -27,7 +27,7 @@ def test_the_score_interval_is_the_delta_method_through_retained():
     se = math.sqrt(se_v ** 2 / span ** 2 + (value - chance) ** 2 * se_c ** 2 / span ** 4)
     score = 1 - (value - chance) / span
     assert (low, high) == pytest.approx((score - Z95 * se, score + Z95 * se))
-    assert interval_se((low, high)) == pytest.approx(se)
+    assert score_se(value, clean, chance, se_v, se_c) == pytest.approx(se)
 
 
 def test_the_delta_method_matches_simulated_binomial_scores():
@@ -36,15 +36,20 @@ def test_the_delta_method_matches_simulated_binomial_scores():
     v = rng.binomial(n, value, 20_000) / n
     c = rng.binomial(n, clean, 20_000) / n
     simulated = np.std(1 - (v - chance) / (c - chance))
-    low, high = score_interval(value, clean, chance, proportion_se(value, n), proportion_se(clean, n))
-    assert interval_se((low, high)) == pytest.approx(simulated, rel=0.05)
+    assert score_se(value, clean, chance, proportion_se(value, n), proportion_se(clean, n)) == pytest.approx(
+        simulated, rel=0.05)
 
 
 def test_a_clipped_score_has_its_interval_cut_to_0_1():
     # below chance on the release: the score is clipped to 1, its interval cut at 1
     low, high = score_interval(0.08, 0.8, 0.1, 0.03, 0.02)
     assert high == 1.0 and 0.0 < low < 1.0
-    assert interval_se((low, high)) == pytest.approx((1.0 - low) / (2 * Z95))
+    # its standard error is the delta method's, not the cut interval's width / 3.92 (issue 55)
+    clipped = AttackOutcome({"top1": 0.08}, value=0.08, clean=0.8, chance=0.1, trials=None, value_se=0.03,
+                            clean_se=0.02)
+    assert clipped.privacy() == 1.0
+    assert clipped.privacy_se() == pytest.approx(score_se(0.08, 0.8, 0.1, 0.03, 0.02))
+    assert clipped.privacy_se() > (high - low) / (2 * Z95)
     assert score_interval(0.95, 0.9, 0.1, 0.0, 0.0) == (0.0, 0.0)  # the release helps: clipped to 0
     assert score_interval(0.5, 0.9, 0.1, None, 0.01) is None and score_interval(0.5, 0.1, 0.1, 0.01, 0.01) is None
 
@@ -58,7 +63,7 @@ def test_outcomes_derive_binomial_errors_from_their_probes_unless_they_set_their
     own = AttackOutcome({"auc": 0.7}, value=0.7, clean=0.9, chance=0.5, trials=200, pvalue=1e-6,
                         value_se=0.02, clean_se=0.01)
     assert own.standard_errors() == (0.02, 0.01)
-    assert own.privacy_se() == pytest.approx(interval_se(score_interval(0.7, 0.9, 0.5, 0.02, 0.01)))
+    assert own.privacy_se() == pytest.approx(score_se(0.7, 0.9, 0.5, 0.02, 0.01))
     weak = AttackOutcome({"top1": 0.1}, value=0.1, clean=0.1, chance=0.1, trials=40)
     assert weak.privacy() is None and weak.interval() is None and weak.privacy_se() is None
 
