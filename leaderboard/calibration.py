@@ -16,21 +16,45 @@ Every decision is the board's own function; only the inputs are simulated.
 
 from __future__ import annotations
 
+import json
 import math
-from typing import TYPE_CHECKING, Mapping, Sequence
+from pathlib import Path
+from typing import Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
+from bench.core.result import Result
+from leaderboard.boards import Board, build_leaderboard
+from leaderboard.declare import declaration_from_entry
 from leaderboard.pareto import hypervolume_2d_batch
 from leaderboard.stats import compare, paired_comparison
 
-if TYPE_CHECKING:
-    from leaderboard.boards import Board
-
-__all__ = ["ab_power", "entry_points", "false_separation_rate", "pooled_residuals", "twin_hypervolumes"]
+__all__ = ["ab_power", "boards_of_entries", "entry_points", "false_separation_rate", "pooled_residuals",
+           "twin_hypervolumes"]
 
 
-def entry_points(board: "Board", name: str) -> dict[str, np.ndarray]:
+def boards_of_entries(paths: Sequence[str | Path]) -> dict[str, Board]:
+    """Returns the boards that entry files make, by benchmark, as the leaderboard builds them.
+
+    For calibration only: nothing is verified or planned (``bench leaderboard`` does both),
+    so the boards are those of the files as they stand.
+
+    Args:
+        paths: Entry files (``leaderboard/entries/*.json``).
+    """
+    rows, declarations = [], []
+    for path in paths:
+        entry = json.loads(Path(path).read_text(encoding="utf-8"))
+        declarations.append(declaration_from_entry(entry))
+        default = (entry.get("suite") or {}).get("overrides") or {}
+        rows += [{**Result.from_dict(cell).to_dict(), "source": f"entry:{entry['name']}",
+                  "run_id": str(cell.get("run_id", "")), "overrides": cell.get("overrides", default)}
+                 for cell in entry["cells"]]
+    return {board.key.benchmark: board for board in build_leaderboard(pd.DataFrame(rows), declarations).boards}
+
+
+def entry_points(board: Board, name: str) -> dict[str, np.ndarray]:
     """Returns an entry's cells on a board as configuration -> array (seeds, 2) of (utility, privacy).
 
     Args:

@@ -44,8 +44,8 @@ class PlotPoint:
         x: Mean utility over seeds.
         y: Mean privacy over the seeds where it is defined.
         x_ci: Half-width of the utility's 95% interval (NaN without one).
-        y_sd: Standard deviation of a seed's privacy: over seeds, with the noise within a seed
-            added in quadrature (:func:`privacy_spread`; NaN with one seed and no recorded noise).
+        y_sd: Standard deviation of a seed's privacy: over seeds, or with one seed its within-run
+            error (:func:`privacy_spread`; NaN with one seed and no recorded noise).
         seeds: Seeds with a defined privacy score.
         label: ``ε=3 [unit]`` for a formal claim, else empty.
         on_frontier: Whether the point is on its entry's frontier of configuration means.
@@ -99,23 +99,21 @@ def claim_text(epsilon: float, unit: str, withheld: str = "", backed: bool = Tru
 
 
 def privacy_spread(privacy: np.ndarray, se: np.ndarray) -> float:
-    """Returns the standard deviation of one seed's privacy score: spread over seeds and noise within a seed.
+    """Returns the standard deviation of one seed's privacy score.
 
-    The two add in quadrature, as in the board's two-level bootstrap
-    (:mod:`leaderboard.stats`): the sample standard deviation over seeds (0 for one seed)
-    and the root mean square of the scores' within-run standard errors
-    (``privacy_score_se``; unknown ones count as 0). NaN when neither is known.
+    With two or more seeds, the sample standard deviation over seeds: it already holds each
+    seed's noise within its run, so that noise is not added again (issue 55). With one seed,
+    the root mean square of the recorded within-run standard errors (``privacy_score_se``, the
+    delta method's). NaN when neither is known.
 
     Args:
         privacy: The defined privacy scores, one per seed.
         se: Their within-run standard errors (NaN: not recorded).
     """
-    between = float(privacy.std(ddof=1)) if len(privacy) > 1 else math.nan
+    if len(privacy) > 1:
+        return float(privacy.std(ddof=1))
     known = se[np.isfinite(se)]
-    within = float(np.sqrt(np.mean(known**2))) if len(known) else math.nan
-    if math.isnan(within):
-        return between
-    return math.hypot(0.0 if math.isnan(between) else between, within)
+    return float(np.sqrt(np.mean(known**2))) if len(known) else math.nan
 
 
 def _configuration(cells: pd.DataFrame) -> tuple[float, float, float, float, int] | None:

@@ -181,14 +181,14 @@ def _extra_columns(table: pd.DataFrame) -> list[str]:
 def _cells(row: Any, extra: Sequence[str] = ()) -> tuple:
     """One row's printed cells: mechanism, configuration, seeds, utility ± CI, further columns, privacy ± CI, claims."""
     record = vars(row)
-    more = tuple(_pm(record[name], record[f"{name}_ci"]) for name in extra)
+    more = tuple((_bounded if name.startswith("privacy.") else _pm)(record[name], record[f"{name}_ci"]) for name in extra)
     return (row.mechanism, row.configuration, row.seeds, _pm(row.utility, row.utility_ci), *more, _privacy_text(row),
             row.claim or "none", row.training_claim or "–")
 
 
 def plus_minus(seeds: int) -> str:
     """States what every ± of a table of ``seeds``-seed rows means (the table's caption)."""
-    clipped = (" A privacy interval that reaches outside the score's range, 0 to 1, is cut to it and printed as its "
+    clipped = (" A privacy score's interval that reaches outside its range, 0 to 1, is cut to it and printed as its "
                "two ends, low–high, after the score.")
     if seeds == 1:
         return ("One seed per row (never pooled with means over several seeds); ± is the half-width of the "

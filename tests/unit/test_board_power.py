@@ -21,10 +21,7 @@ import pytest
 from scipy import stats
 
 import leaderboard
-from bench.core.result import Result
-from leaderboard.boards import build_leaderboard
-from leaderboard.calibration import ab_power, entry_points, false_separation_rate, pooled_residuals
-from leaderboard.declare import declaration_from_entry
+from leaderboard.calibration import ab_power, boards_of_entries, entry_points, false_separation_rate, pooled_residuals
 from leaderboard.exports import render_markdown, render_terminal
 from leaderboard.stats import (
     POWER,
@@ -43,14 +40,7 @@ SHIPPED = sorted((Path(leaderboard.__file__).parent / "entries").glob("*.json"))
 @pytest.fixture(scope="module")
 def shipped():
     """The shipped entries' boards, built as the leaderboard builds them (nothing planned or computed)."""
-    rows, declarations = [], []
-    for path in SHIPPED:
-        entry = json.loads(path.read_text(encoding="utf-8"))
-        declarations.append(declaration_from_entry(entry))
-        default = (entry.get("suite") or {}).get("overrides") or {}
-        rows += [{**Result.from_dict(cell).to_dict(), "source": f"entry:{entry['name']}", "run_id": cell.get("run_id", ""),
-                  "overrides": cell.get("overrides", default)} for cell in entry["cells"]]
-    return {board.key.benchmark: board for board in build_leaderboard(pd.DataFrame(rows), declarations).boards}
+    return boards_of_entries(SHIPPED)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -160,3 +150,16 @@ def test_a_board_that_separates_nothing_says_so_instead_of_a_column_of_ties(ship
     assert text.startswith("This board separates none of its 10 ranked entries") and "detectable" in text
     markdown = render_markdown(type("L", (), {"boards": [board], "exploration": pd.DataFrame()})())
     assert text.replace("'", "\\'") in markdown or text in markdown
+
+
+def test_the_board_power_script_prints_a_row_per_shipped_board(capsys):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "board_power.py"
+    spec = importlib.util.spec_from_file_location("board_power", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--repetitions", "20"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    tasks = {json.loads(path.read_text(encoding="utf-8"))["cells"][0]["task"] for path in SHIPPED}
+    assert sorted(row.split(" | ")[0][2:] for row in rows) == sorted(tasks)

@@ -84,21 +84,21 @@ def test_legend_names_each_entry_with_its_rank_or_unranked():
     assert legend_text(first, scored=False).endswith(", no scored point)")
 
 
-def test_privacy_spread_adds_within_seed_noise_in_quadrature():
+def test_privacy_spread_is_over_seeds_and_counts_within_seed_noise_once():
     scores = np.array([0.70, 0.74, 0.69])
     assert privacy_spread(scores, np.full(3, np.nan)) == pytest.approx(np.std(scores, ddof=1))
-    assert privacy_spread(scores, np.full(3, 0.05)) == pytest.approx(math.hypot(np.std(scores, ddof=1), 0.05))
+    assert privacy_spread(scores, np.full(3, 0.05)) == pytest.approx(np.std(scores, ddof=1))
     assert privacy_spread(np.array([0.5]), np.array([0.04])) == pytest.approx(0.04)
     assert math.isnan(privacy_spread(np.array([0.5]), np.array([np.nan])))
 
 
-def test_the_plot_privacy_bar_includes_the_recorded_within_seed_noise():
+def test_the_plot_privacy_bar_uses_the_recorded_noise_only_for_one_seed():
     quiet = entry("a")
     noisy = [{**r, "privacy_score_se": 0.05} for r in quiet]
     _, quiet_board = board_of(quiet, "a")
     _, noisy_board = board_of(noisy, "a")
     bars = [[p.y_sd for p in configuration_points(board)[0]] for board in (quiet_board, noisy_board)]
-    assert all(n == pytest.approx(math.hypot(q, 0.05)) for q, n in zip(*bars))
+    assert all(n == pytest.approx(q) for q, n in zip(*bars))
     _, board = board_of([r for r in noisy if r["seed"] == 0], "a", seeds=(0,))
     assert [p.y_sd for p in configuration_points(board)[0]] == pytest.approx([0.05] * 3)
     fig, sidecar = frontier_figure(board)
