@@ -82,6 +82,9 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
     if result.attacks:
         se = result.privacy_score_se
         lines.append(f"{'privacy_score':<34}{_score(result.privacy_score, 'every attack too weak', se):>10}")
+        defined = sorted((score, name) for name, score in result.privacy.items() if score is not None)
+        if result.privacy_score is not None and defined:
+            lines.append(f"{'  set by':<34}{defined[0][1]:>10}")
         if result.privacy_score is not None and _imprecise(se):
             lines.append(f"{'  flag privacy_score':<34}{_imprecise(se):>10}")
     for name, value in result.release_metrics.items():

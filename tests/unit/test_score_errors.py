@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -112,6 +113,7 @@ def test_the_printed_table_shows_score_plus_minus_its_error_and_the_flag():
     assert f"{few.privacy():.4f} ± {few.privacy_se():.4f}" in text
     assert "flag face_reid" in text and "flag privacy_score" in text and IMPRECISE in text
     assert "attack.face_reid.top1_se" in text and "attack.face_reid.privacy_se" not in text
+    assert re.search(r"\n  set by +face_reid\n", text)  # the adversary that set privacy_score (issue 55)
     weak = _result(attacks={"face_reid": {"top1": 0.2}}, privacy={"face_reid": None}, privacy_score=None,
                    privacy_flags={"face_reid": TOO_WEAK})
     assert "undefined (attack too weak)" in format_result(weak) and "±" not in format_result(weak).split("privacy")[1]
