@@ -6,6 +6,8 @@
 #   benchmarks/baselines.sh grid SUITE RESULTS          # the suite's cells here (processes executor; resumes)
 #   benchmarks/baselines.sh submit SUITE RESULTS [SUFFIX]   # one entry per mechanism of the suite, named
 #                                                           # MECHANISM[SUFFIX], into leaderboard/entries/
+#                                                           # (named with --entries: the shipped folder is
+#                                                           # written only when a command names it)
 #   BENCH_GIT_SHA=... benchmarks/baselines.sh device SUITE OUT [GROUPS]   # on a GPU machine (device tool, .whl carried):
 #       the suite's mechanisms in GROUPS parallel grids on the one GPU (default 4), each its own results
 #       folder, packed into OUT/SUITE.tgz (the tool returns one file, not a tree of MLflow artifacts)
@@ -33,7 +35,7 @@ case "${1:-}" in
     for i in "${!names[@]}"; do
       m=${names[i]}; results=$3; [ "$groups" -gt 0 ] && results="$3/g$((i % groups))"
       "$python" -m bench submit --suite "$2" --mechanism "$m" --name "$m${4:-}" --results-dir "$results" \
-        --description "PrivBench baseline: $m on the $2 suite"
+        --entries leaderboard/entries --description "PrivBench baseline: $m on the $2 suite"
     done ;;
   device)
     if [ -d .whl ] && [ "${DEVICE:-cuda}" != cpu ]; then  # DEVICE=cpu: a dry run of this path on any machine

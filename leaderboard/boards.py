@@ -71,6 +71,8 @@ class Standing:
             "" without a formal claim).
         verification: ``verified``, or ``unverified: <why>`` (an entry file the board cannot
             verify: never ranked).
+        reproduction: How an entry file is reproduced (``reproduced: ...``, ``project baseline ...``)
+            or why it is self-reported (never ranked); "" for a suite's local runs.
         notes: What its interval and claims rest on where a reader could take them for more:
             an interval clipped to the hypervolume's range, a withheld or UNBACKED claim, DP-SGD
             settings tuned on the private records.
@@ -97,6 +99,7 @@ class Standing:
     seed_places: tuple[tuple[int, int], ...] = ()
     audit: str = ""
     verification: str = VERIFIED
+    reproduction: str = ""
     notes: tuple[str, ...] = ()
 
     @property
@@ -136,8 +139,13 @@ class Board:
 
     @property
     def separates(self) -> bool:
-        """Whether its test separates at least one pair of ranked entries (else it cannot rank them)."""
+        """Whether its test separates at least one pair of ranked entries."""
         return self.levels > 1
+
+    @property
+    def cannot_rank(self) -> bool:
+        """Whether it has two or more ranked entries and its test separates none of them."""
+        return len(self.ranked) > 1 and not self.separates
 
     def standing(self, name: str) -> Standing:
         """Returns the standing of an entry by name.
@@ -279,7 +287,7 @@ def _standing(declaration: Declaration, cells: pd.DataFrame) -> Standing:
         runs=int(cells["runs"].sum()), flagged=flagged, status=status,
         audit=audit_text(cells["audit"]) if "audit" in cells else "",
         verification=f"unverified: {declaration.unverified}" if declaration.unverified else VERIFIED,
-        notes=_notes(cells, estimate),
+        reproduction=declaration.reproduction, notes=_notes(cells, estimate),
     )
 
 

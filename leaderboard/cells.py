@@ -260,16 +260,18 @@ def data_fingerprint(row: pd.Series | dict[str, Any]) -> str:
 
 
 def hardware_label(row: pd.Series | dict[str, Any]) -> str:
-    """Names what computed a cell: ``<CPU model>, <n> threads``, a GPU's name, or the device alone.
+    """Names what computed a cell: ``<CPU model> (<ISA>), <n> threads``, a GPU's name, or the device alone.
 
-    Read from ``Result.versions`` (``cpu`` and ``cpu_threads``, ``gpu``); results written
-    before those were recorded say "model not recorded".
+    Read from ``Result.versions`` (``cpu``, ``cpu_capability`` and ``cpu_threads``, ``gpu``);
+    results written before those were recorded say "model not recorded" (and name no ISA).
     """
     versions = _mapping(row.get("versions")) or {}
     device = _text(row.get("device"), "cpu").split(":")[0]
     if device == "cpu":
         threads = _text(versions.get("cpu_threads"))
         model = _text(versions.get("cpu"), "cpu (model not recorded)")
+        capability = _text(versions.get("cpu_capability"))
+        model = f"{model} ({capability})" if capability else model
         return f"{model}, {threads} thread{'' if threads == '1' else 's'}" if threads else model
     return _text(versions.get("gpu"), f"{device} (model not recorded)")
 

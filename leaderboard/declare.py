@@ -65,6 +65,9 @@ class Declaration:
             empty when it is, and for a suite's local runs (checked as they are read).
         stale: Why an entry file's cells no longer describe this code (:mod:`leaderboard.staleness`);
             empty when they do.
+        self_reported: Why an entry file counts as self-reported (no valid reproduction record,
+            :mod:`leaderboard.reproduced`); empty when it is reproduced, and for a suite's local runs.
+        reproduction: How an entry file is reproduced, or why not, in words ("" for local runs).
     """
 
     name: str
@@ -76,17 +79,21 @@ class Declaration:
     cells: Mapping[str, DeclaredCell] = field(default_factory=dict)
     unverified: str = ""
     stale: str = ""
+    self_reported: str = ""
+    reproduction: str = ""
 
     def configurations(self, benchmark: str) -> list[str]:
         """Returns the declared configurations on one benchmark, in a stable order."""
         return sorted({c.configuration for c in self.cells.values() if c.benchmark == benchmark})
 
     def problem(self) -> str | None:
-        """Returns why the declaration cannot be ranked whatever its results (unverified, then stale), or None."""
+        """Returns why the declaration cannot be ranked whatever its results (unverified, stale, self-reported), or None."""
         if self.unverified:
             return f"unverified: {self.unverified}"
         if self.stale:
             return f"stale: {self.stale}"
+        if self.self_reported:
+            return self.self_reported
         benchmarks = {c.benchmark for c in self.cells.values()}
         most = max((len(self.configurations(b)) for b in benchmarks), default=0)
         if most > K_MAX:

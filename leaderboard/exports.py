@@ -196,7 +196,7 @@ def render_terminal(leaderboard: Leaderboard, width: int = 32) -> str:
             head += "\n" + terminal_safe(note)
         shown = lambda n: terminal_safe(n, width)  # noqa: E731
         ties = [f"  tied: {shown(s.name)} shares its rank with {tied_text(s, board, shown)}"
-                for s in board.standings if s.tied_with and board.separates]
+                for s in board.standings if s.tied_with and not board.cannot_rank]
         ties += [f"  not separated either: {shown(s.name)} and {', '.join(map(shown, s.not_separated))} (other ranks)"
                  for s in board.standings if s.not_separated]
         notes = [f"  note: {terminal_safe(s.name, width)}: {terminal_safe(note)}" for s in board.standings

@@ -170,6 +170,7 @@ def _standing_rows(board: Board, mech_names: _Names, root: str) -> list[dict[str
             "rank": rank_label(s, board), "rank_sort": _sort_value(s.rank), "tied": s.tied, "entry": s.name,
             "mechanism": s.mechanism, "href": f"{root}mechanisms/{mech_names[s.mechanism]}.html",
             "claim_type": s.claim_type, "audit": s.audit, "verification": s.verification,
+            "reproduction": s.reproduction,
             "verified": not s.verification.startswith("unverified"), "hv": fmt(e.mean if e else None), "hv_sort": _sort_value(e.mean if e else None),
             "ci": interval_text(e.low, e.high) if e else "–", "sd": fmt(e.std if e else None),
             "sd_sort": _sort_value(e.std if e else None),

@@ -13,10 +13,16 @@ algorithms, seeded streams), but float sums round differently on another CPU mod
 thread count or GPU (the README's main job: acc 0.7569 on an AMD EPYC, 0.7667 on an Intel
 Xeon). So:
 
-- on the same hardware (:func:`leaderboard.cells.hardware_label`: CPU model and torch
-  threads, or GPU) every number must be equal (:data:`SAME_HARDWARE_TOLERANCE`);
-- on other hardware each number the cell states with a 95% interval (``<metric>_ci95``)
-  must lie within that half-width; numbers without one are not compared (and counted).
+- on the same hardware and versions (:func:`leaderboard.cells.hardware_label`: CPU model,
+  its instruction set and torch threads, or GPU; and the same torch) every number must be
+  equal (:data:`SAME_HARDWARE_TOLERANCE`);
+- on other hardware a recomputed cell is another draw of its training noise (the same
+  seed's data and episodes, other roundings, so another trajectory): each number must lie
+  within :data:`TRAINING_Z` x sqrt(2) x the standard deviation of that number over the
+  entry's own seeds of the same configuration, or within its stated 95% interval
+  (``<metric>_ci95``) where that is wider; numbers with neither are not compared (and
+  counted). The spread is the entry's own: an entry that states a wide spread is allowed a
+  wide match, and its hypervolume's interval is as wide, so it does not rank.
 
 The planned cell key must equal the entry's: another key means other code, settings or
 data, and the cell is a mismatch without computing.
@@ -27,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +41,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from bench.errors import BenchError
 
-__all__ = ["CellCheck", "SAME_HARDWARE_TOLERANCE", "compare", "plan_cell", "reproduce", "sample_cells"]
+__all__ = ["CellCheck", "SAME_HARDWARE_TOLERANCE", "TRAINING_Z", "compare", "plan_cell", "reproduce", "sample_cells",
+           "seed_spread", "same_machine"]
 
 SAME_HARDWARE_TOLERANCE = 0.0
 """Largest absolute difference allowed between a recomputed number and the entry's on the same hardware."""
+TRAINING_Z = 3.0
+"""Standard deviations of a difference of two training draws allowed across hardware."""
 DEFAULT_SAMPLE = 2
 """Cells recomputed when ``--sample`` is not given."""
 
@@ -55,6 +65,7 @@ class CellCheck:
         compared: How many numbers were compared.
         uncompared: Numbers without a stated interval, not compared on other hardware.
         run_id: The recomputed run (None when it was not computed).
+        hardware: What recomputed it (:func:`leaderboard.cells.hardware_label`; "" when it was not computed).
     """
 
     cell_key: str
@@ -65,6 +76,7 @@ class CellCheck:
     compared: int = 0
     uncompared: int = 0
     run_id: str | None = None
+    hardware: str = ""
 
     def lines(self) -> list[str]:
         """Returns the cell's report: one line, then its differences indented."""
@@ -117,16 +129,56 @@ def _device(cell: Mapping[str, Any]) -> str:
     return "cuda" if str(cell.get("device", "cpu")).startswith("cuda") and torch.cuda.is_available() else "cpu"
 
 
-def compare(stated: Mapping[str, Any], computed: Mapping[str, Any], check: CellCheck) -> None:
-    """Compares two results' numbers into ``check`` under the tolerance their hardware allows."""
+def same_machine(stated: Mapping[str, Any], computed: Mapping[str, Any]) -> bool:
+    """Whether two results come from identical hardware and versions (then their numbers must be equal)."""
+    from leaderboard.cells import hardware_label
+
+    def torch_version(result: Mapping[str, Any]) -> str:
+        return str((result.get("versions") or {}).get("torch", ""))
+
+    return hardware_label(stated) == hardware_label(computed) and torch_version(stated) == torch_version(computed)
+
+
+def seed_spread(entry_cells: Sequence[Mapping[str, Any]], cell: Mapping[str, Any]) -> dict[str, float]:
+    """Returns each number's standard deviation over the entry's seeds of ``cell``'s configuration.
+
+    The configuration is the task, the mechanism's parameters and the cell's ``--set``
+    sections; NaN where fewer than two seeds state the number.
+    """
+    from bench.core.interfaces import Result
+    from bench.storage.tracking.metrics import result_metrics
+
+    def configuration(c: Mapping[str, Any]) -> tuple:
+        return (c.get("task"), repr(sorted((c.get("params") or {}).items())), repr(c.get("overrides")),
+                c.get("eval_split"))
+
+    same = [c for c in entry_cells if configuration(c) == configuration(cell)]
+    values: dict[str, list[float]] = {}
+    for other in same:
+        for name, value in _numbers(result_metrics(Result.from_dict(other))).items():
+            values.setdefault(name, []).append(value)
+    return {name: (statistics.stdev(v) if len(v) > 1 else math.nan) for name, v in values.items()}
+
+
+def compare(stated: Mapping[str, Any], computed: Mapping[str, Any], check: CellCheck,
+            spread: Mapping[str, float] | None = None) -> None:
+    """Compares two results' numbers into ``check`` under the tolerance their hardware allows.
+
+    Args:
+        stated: The entry's cell.
+        computed: The recomputed result.
+        check: Where the verdict and differences go.
+        spread: Each number's standard deviation over the entry's seeds of this configuration
+            (:func:`seed_spread`); None or NaN: only a stated interval allows a difference.
+    """
     from bench.core.interfaces import Result
     from bench.storage.tracking.metrics import result_metrics
     from leaderboard.cells import hardware_label
 
-    same = hardware_label(stated) == hardware_label(computed)
-    check.tolerance = (f"equal on the same hardware ({hardware_label(stated)})" if same else
-                       f"within each stated 95% CI: computed on {hardware_label(computed)}, the entry's on "
-                       f"{hardware_label(stated)}")
+    same = same_machine(stated, computed)
+    check.tolerance = (f"equal on the same hardware and versions ({hardware_label(stated)})" if same else
+                       f"within {TRAINING_Z:g} x sqrt(2) x the entry's seed spread, or its stated 95% CI where wider: "
+                       f"computed on {hardware_label(computed)}, the entry's on {hardware_label(stated)}")
     ours, theirs = (_numbers(result_metrics(Result.from_dict(r))) for r in (computed, stated))
     for name in sorted(set(ours) | set(theirs)):
         if name not in ours or name not in theirs:
@@ -135,11 +187,15 @@ def compare(stated: Mapping[str, Any], computed: Mapping[str, Any], check: CellC
             continue
         if same:
             allowed = SAME_HARDWARE_TOLERANCE
-        elif f"{name}_ci95" in theirs and not name.endswith("_ci95"):
-            allowed = theirs[f"{name}_ci95"]
         else:
-            check.uncompared += 1
-            continue
+            sd = (spread or {}).get(name, math.nan)
+            bounds = [TRAINING_Z * math.sqrt(2.0) * sd] if math.isfinite(sd) else []
+            if f"{name}_ci95" in theirs and not name.endswith("_ci95"):
+                bounds.append(theirs[f"{name}_ci95"])
+            if not bounds:
+                check.uncompared += 1
+                continue
+            allowed = max(bounds)
         check.compared += 1
         if not abs(ours[name] - theirs[name]) <= allowed:
             check.differences.append(f"{name}: {theirs[name]!r} stated, {ours[name]!r} recomputed (allowed ± {allowed:g})")
@@ -179,6 +235,7 @@ def reproduce(entry: Mapping[str, Any], cells: Sequence[Mapping[str, Any]], resu
     from bench.cell.run import execute, one_line
     from bench.scale.grid import cell_label
     from bench.storage.tracking import Tracker
+    from leaderboard.cells import hardware_label
 
     with _results_folder(results_dir) as folder:
         checks, planned = [], []
@@ -210,7 +267,8 @@ def reproduce(entry: Mapping[str, Any], cells: Sequence[Mapping[str, Any]], resu
                 check.status, check.differences = "error", [f"recomputing it failed: {one_line(exc)}"]
                 continue
             check.run_id = outcome.run_id
-            compare(cell, outcome.result.to_dict(), check)
+            check.hardware = hardware_label(outcome.result.to_dict())
+            compare(cell, outcome.result.to_dict(), check, seed_spread(entry["cells"], cell))
     return checks
 
 

@@ -27,6 +27,7 @@ from bench.scale.tune_cost import TUNING_COST_TAG
 from bench.storage.tracking import SUPERSEDED
 from bench.storage.tracking.health import StoreDamaged
 from bench.storage.tracking.verify import RESULT_DIGEST, UnverifiedResult, check_result
+from leaderboard.bundles import BUNDLE_FORMAT, read_bundle, write_bundle  # noqa: F401 (their home before bundles)
 
 if TYPE_CHECKING:
     from bench.storage.tracking import Tracker
@@ -40,9 +41,11 @@ __all__ = [
     "combine",
     "entries_frame",
     "load_entry",
+    "read_bundle",
     "read_entries",
     "runs_frame",
     "sample_sheets",
+    "write_bundle",
 ]
 
 ENTRY_SCHEMA = 2
@@ -65,6 +68,7 @@ class Skipped:
         missing: FINISHED runs that logged a result.json which is gone (artifacts deleted).
         stale: Entry name -> why its cells are stale (:mod:`leaderboard.staleness`).
         unchecked: Entry name -> a cell whose key could not be planned here (its data is absent).
+        shadowed: Entry name -> the shipped file a user's entry of that name hides on the boards.
     """
 
     old_schema: dict[str, int] = field(default_factory=dict)
@@ -74,6 +78,7 @@ class Skipped:
     missing: int = 0
     stale: dict[str, str] = field(default_factory=dict)
     unchecked: dict[str, str] = field(default_factory=dict)
+    shadowed: dict[str, str] = field(default_factory=dict)
 
     def notes(self) -> list[str]:
         """Returns one line per kind of result left out (none when nothing was)."""
@@ -97,6 +102,9 @@ class Skipped:
                        "recomputes those cells")
         for name, why in self.unchecked.items():
             out.append(f"entry {name!r}: whether its cells are stale cannot be checked here ({why})")
+        for name, file in self.shadowed.items():
+            out.append(f"your entry {name!r} has the name of a shipped baseline ({file}): the boards show yours, "
+                       "not the baseline; resubmit yours with another --name to see both")
         return out
 
 
@@ -231,15 +239,19 @@ def load_entry(path: str | Path, skipped: Skipped | None = None) -> dict[str, An
 
 
 def read_entries(folder: str | Path = ENTRIES_DIR, skipped: Skipped | None = None, data_root: Path | None = None,
-                 current: Collection[str] = ()) -> tuple[pd.DataFrame, list["Declaration"]]:
+                 current: Collection[str] = (), exclude: Collection[str] = ()) -> tuple[pd.DataFrame, list["Declaration"]]:
     """Returns one row per cell of every ``*.json`` entry in a folder, and the entries' declarations.
 
     Each entry is checked (:func:`leaderboard.verification.check_entry`) and its cells are
     planned with today's code (:func:`leaderboard.staleness.check_staleness`, real data
     under ``data_root``; cells whose key is in ``current``, keys today's code already
     planned, are not planned again): its declaration says why it is unverified or stale
-    (and ``skipped`` names stale and unchecked entries), and each row carries the ``audit`` verdict of its claim and
+    (and ``skipped`` names stale and unchecked entries) and whether it is reproduced or a
+    pinned baseline (:func:`leaderboard.reproduced.reproduction_of`; else self-reported, never
+    ranked), and each row carries the ``audit`` verdict of its claim and
     its ``tuning_cost`` note (what ``bench submit`` copied of its run's ``bench.tuning_cost`` tag).
+    Entries named in ``exclude`` (the user's, over shipped ones of those names) are left
+    out and named in ``skipped.shadowed``.
 
     Raises:
         BenchError: A malformed entry, or two entries with one name.
@@ -247,6 +259,7 @@ def read_entries(folder: str | Path = ENTRIES_DIR, skipped: Skipped | None = Non
     import dataclasses
 
     from leaderboard.declare import declaration_from_entry
+    from leaderboard.reproduced import reproduction_of
     from leaderboard.staleness import check_staleness
     from leaderboard.verification import check_entry
 
@@ -259,14 +272,20 @@ def read_entries(folder: str | Path = ENTRIES_DIR, skipped: Skipped | None = Non
         if name in names:
             raise BenchError(f"entries {names[name]} and {path.name} have the same name {name!r}")
         names[name] = path.name
+        if name in exclude:
+            if skipped is not None:
+                skipped.shadowed[name] = path.name
+            continue
         check = check_entry(entry)
         staleness = check_staleness(entry, data_root, current)
         if skipped is not None and staleness.is_stale:
             skipped.stale[name] = staleness.summary()
         if skipped is not None and staleness.unchecked:
             skipped.unchecked[name] = staleness.unchecked[0]
+        reproduction = reproduction_of(path)
         declarations.append(dataclasses.replace(declaration_from_entry(entry), unverified="; ".join(check.problems),
-                                                stale=staleness.summary()))
+                                                stale=staleness.summary(), reproduction=reproduction.text,
+                                                self_reported="" if reproduction.reproduced else reproduction.text))
         default = (entry.get("suite") or {}).get("overrides") or {}
         for cell in entry["cells"]:
             result = Result.from_dict(cell)
@@ -351,68 +370,3 @@ def entry_summary(entry: Mapping[str, Any]) -> str:
     suite = entry.get("suite") or {}
     return (f"{entry['name']}: mechanism {entry['mechanism']}, {len(entry['cells'])} cells"
             + (f", suite {suite.get('name')} ({suite.get('profile')})" if suite else ""))
-
-
-BUNDLE_FORMAT = 1
-"""Version of the cells-bundle JSON layout (:func:`write_bundle`)."""
-
-
-def write_bundle(rows: pd.DataFrame, path: str | Path) -> int:
-    """Writes result rows (``runs_frame`` / ``combine``) as a cells bundle: JSON, CSV or Parquet by suffix.
-
-    JSON keeps every result whole (``{"bundle": 1, "cells": [Result dict + run_id,
-    source, overrides]}``), so :func:`read_bundle` gives the rows back; CSV and Parquet hold
-    the flat per-cell table of :func:`leaderboard.frames.results_frame` for spreadsheets and pandas.
-    The file is written atomically. Returns the number of cells.
-
-    Raises:
-        BenchError: A suffix other than .json, .csv or .parquet.
-    """
-    from leaderboard.frames import results_frame
-
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".json", ".csv", ".parquet"):
-        raise BenchError(f"--cells {path}: name a .json, .csv or .parquet file")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    if suffix == ".json":
-        cells = [{**Result.from_dict(r).to_dict(), "run_id": str(r.get("run_id", "")), "source": r.get("source", "local"),
-                  "overrides": r.get("overrides") or {}} for r in rows.to_dict("records")]
-        cells.sort(key=lambda c: (c["task"], c["mechanism"], json.dumps(c["params"], sort_keys=True, default=str),
-                                  c["seed"], c["cell_key"]))
-        tmp.write_text(json.dumps({"bundle": BUNDLE_FORMAT, "cells": cells}, indent=1, sort_keys=True, default=str)
-                       + "\n", encoding="utf-8")
-    else:
-        flat = results_frame(rows)
-        flat = flat.assign(params=flat["params"].map(lambda p: json.dumps(p, sort_keys=True, default=str)),
-                           groups=flat["groups"].map(lambda g: json.dumps(g, sort_keys=True, default=str)))
-        flat.to_csv(tmp, index=False) if suffix == ".csv" else flat.to_parquet(tmp, index=False)
-    tmp.replace(path)
-    return len(rows)
-
-
-def read_bundle(path: str | Path) -> pd.DataFrame:
-    """Reads the result rows of a JSON cells bundle (:func:`write_bundle`).
-
-    Raises:
-        BenchError: Not a bundle, an unknown bundle format, or a cell that is not a result
-            of this schema.
-    """
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BenchError(f"--bundle {path}: not a readable JSON file ({exc.__class__.__name__})") from None
-    if not isinstance(data, dict) or data.get("bundle") != BUNDLE_FORMAT or not isinstance(data.get("cells"), list):
-        raise BenchError(f"--bundle {path}: not a cells bundle of format {BUNDLE_FORMAT} (write one with "
-                         "'bench report --cells FILE.json')")
-    rows = []
-    for i, cell in enumerate(data["cells"]):
-        try:
-            result = Result.from_dict(cell)
-        except (ValueError, TypeError) as exc:
-            raise BenchError(f"--bundle {path}: cell {i} is not a result of schema {RESULT_SCHEMA} ({exc})") from None
-        rows.append({**result.to_dict(), "run_id": str(cell.get("run_id", "")), "source": cell.get("source", "local"),
-                     "overrides": cell.get("overrides") or {}})
-    return pd.DataFrame(rows)

@@ -36,7 +36,7 @@ TABLE_COLUMNS = [
     "rank", "tied", "entry", "mechanism", "claim_type", "audit",
     "hv_mean", "hv_low", "hv_high", "hv_std", "hv_min", "hv_max", "seed_places", "seeds", "declared_seeds",
     "configurations", "cells", "runs", "flagged", "worst_group_privacy", "worst_group", "status", "verification",
-    "tied_with", "not_separated", "detectable", "notes", "suite", "source", "hardware",
+    "tied_with", "not_separated", "detectable", "reproduction", "notes", "suite", "source", "hardware",
 ]
 
 BOARD_CELL_COLUMNS = [
@@ -72,7 +72,7 @@ def rank_label(standing: Standing, board: Board | None = None) -> str:
     """
     if standing.rank is None:
         return "–"
-    if board is not None and not board.separates:
+    if board is not None and board.cannot_rank:
         return UNSEPARATED
     return f"{standing.rank} (tied)" if standing.tied else str(standing.rank)
 
@@ -85,7 +85,7 @@ def board_power_text(board: Board) -> str:
     ranked = len(board.ranked)
     if ranked < 2:
         return ""
-    if not board.separates:
+    if board.cannot_rank:
         return (f"This board separates none of its {ranked} ranked entries (no pair differs at 5%), so it does not "
                 f"rank them: rows are in order of mean and '{UNSEPARATED}' marks the shared place; "
                 f"{board.power.text()}.")
@@ -216,6 +216,7 @@ def _standing_row(board: Board, s: Standing) -> dict[str, Any]:
         "runs": s.runs, "flagged": s.flagged, "worst_group_privacy": worst.privacy, "worst_group": worst.group,
         "status": s.status, "verification": s.verification, "tied_with": ", ".join(s.tied_with),
         "not_separated": ", ".join(s.not_separated), "detectable": board.power.detectable,
+        "reproduction": s.reproduction,
         "suite": s.suite, "source": s.source, "hardware": "; ".join(hardware_mix(cells)), "notes": "; ".join(s.notes),
     }
 
@@ -235,7 +236,8 @@ def leaderboard_table(leaderboard: Leaderboard) -> pd.DataFrame:
     one), ``verification`` (``verified`` or ``unverified: <why>``: an unverified entry file is
     never ranked), ``tied_with`` (the other entries of its rank), ``not_separated`` (entries of
     other ranks it is not separated from either), ``detectable`` (the board's minimum detectable
-    hypervolume difference at 80% power), ``hardware`` (what computed its cells, :func:`hardware_mix`) and ``notes`` (what its
+    hypervolume difference at 80% power), ``reproduction`` (how an entry file is reproduced, or
+    why it is self-reported), ``hardware`` (what computed its cells, :func:`hardware_mix`) and ``notes`` (what its
     interval and claims rest on, ``Standing.notes`` joined with "; ").
     """
     rows = [_standing_row(board, s) for board in leaderboard.boards for s in board.standings]

@@ -206,7 +206,8 @@ def leaderboard(
     Args:
         results_dir: Where the local runs are.
         suites: Suites whose local cells form declared entries (default: every shipped suite).
-        entries: Folder of submitted entry files (default: the package's), or None for the default.
+        entries: Folder of entry files, read alone; None (the default) reads ./leaderboard/entries of the
+            current folder (or $BENCH_ENTRIES) with the package's shipped baselines beside it.
         profile: Only cells of this profile.
         tracking_uri: MLflow tracking URI overriding the results directory's database.
 

@@ -27,14 +27,17 @@ def versions() -> dict[str, str]:
 
 
 def hardware(device: torch.device) -> dict[str, str]:
-    """Returns ``{"cpu_threads": N, "cpu": model}`` for a CPU cell, ``{"gpu": name}`` for a CUDA one.
+    """Returns ``{"cpu_threads": N, "cpu": model, "cpu_capability": ISA}`` for a CPU cell, ``{"gpu": name}`` for CUDA.
 
     torch's intra-op threads split float sums, so a cell computed on 1 thread (a grid
     worker's share of 2 cores) and on 2 differs slightly; so does one computed on another
-    CPU model, whose kernels round differently (AVX-512 against AVX2), or on another GPU.
+    CPU model, whose kernels round differently (AVX-512 against AVX2: ``cpu_capability`` is
+    the instruction set torch's kernels use, ``torch.backends.cpu.get_cpu_capability()``), or
+    on another GPU.
     """
     if device.type == "cpu":
-        return {"cpu_threads": str(torch.get_num_threads()), "cpu": cpu_model()}
+        return {"cpu_threads": str(torch.get_num_threads()), "cpu": cpu_model(),
+                "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if device.type == "cuda":
         return {"gpu": torch.cuda.get_device_name(device)}
     return {}

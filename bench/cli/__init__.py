@@ -21,12 +21,46 @@ SUBCOMMANDS = (
 )
 
 
+_GIVEN = "_bench_options_given"
+"""The namespace attribute that holds, while parsing, the options already given (removed after)."""
+
+
+class _StoreOnce(argparse._StoreAction):
+    """argparse's ``store`` for an option that takes one value: giving it twice is an error.
+
+    Plain argparse keeps the last value, so ``--profile smoke --profile paper`` would run
+    ``paper`` without a word; repeatable options say so with ``action="append"``.
+    """
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        if self.option_strings:
+            given = namespace.__dict__.setdefault(_GIVEN, {})
+            shown = f"{option_string} {values}" if str(values).isprintable() else f"{option_string} {values!r}"
+            if self.dest in given:
+                raise argparse.ArgumentError(
+                    self, f"given twice ({given[self.dest]} and {shown}); it takes one value, give it once")
+            given[self.dest] = shown
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr and exit 2.
 
     Subparsers (``add_subparsers``) inherit the class, so every subcommand and every
-    ``choices`` option suggests the closest valid value of a mistyped one.
+    ``choices`` option suggests the closest valid value of a mistyped one, and every
+    option that takes one value (argparse's default ``store``) refuses to be given twice.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """Parses as argparse does, then drops the record of which options were given."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        parsed.__dict__.pop(_GIVEN, None)
+        return parsed, extras
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")

@@ -68,7 +68,7 @@ def audit(args: argparse.Namespace) -> int:
     from bench.audit.config import MAX_IMAGE_SIZE, MAX_TRIALS, MIN_IMAGE_SIZE, MIN_TRIALS
     from bench.audit.run import AUTO_MAX_TRIALS, gate_trials
     from bench.core.params import parse_assignments
-    from bench.core.registry import load_file, mechanisms
+    from bench.core.registry import load_mechanism_file, mechanisms
     from bench.system.devices import resolve_device
     from bench.system.progress import Display, interactive
 
@@ -81,7 +81,7 @@ def audit(args: argparse.Namespace) -> int:
         image_size=_integer("--image-size", args.image_size, MIN_IMAGE_SIZE, MAX_IMAGE_SIZE),
     ).validate()
     if args.mechanism_file is not None:
-        load_file(args.mechanism_file)
+        load_mechanism_file(args.mechanism_file)
     mechanism = mechanisms.get(args.mechanism)(**parse_assignments(args.param))
     if auto:
         config = dataclasses.replace(config, trials=gate_trials(mechanism, config.confidence, AUTO_MAX_TRIALS))

@@ -1,20 +1,25 @@
-"""``bench cache verify|clean``: check and prune a cache directory."""
+"""``bench cache verify|clean``: check and prune a cache directory, touching only what the cache wrote."""
 
 from __future__ import annotations
 
 import argparse
-import shutil
+import os
 
 from bench.cli.common import add_location_args, cache_dir, check_locations
 from bench.errors import BenchError
+
+FOREIGN = "not PrivBench's, left in place"
+"""How a file the cache did not write is listed (it is never removed)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench cache``."""
     p = subparsers.add_parser("cache", help="verify or prune a cache directory (datasets, releases, models)",
                               description="Every cache entry carries its content key and a checksum of each file. "
-                                          "'verify' checks them all; 'clean' removes damaged entries, half-written "
-                                          "temporaries and files of older cache formats (--all: everything).")
+                                          "'verify' checks them all; 'clean' removes damaged entries and "
+                                          "temporaries left by killed processes (--all: every entry). Only what "
+                                          "the cache wrote is ever removed: any other file or folder is listed as "
+                                          "not PrivBench's and left in place.")
     p.add_argument("action", choices=("verify", "clean"))
     p.add_argument("--all", action="store_true", help="clean: remove every entry, not only the bad ones")
     add_location_args(p)
@@ -22,40 +27,52 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Verifies or cleans; ``verify`` exits 1 when an entry is damaged."""
+    """Verifies or cleans; ``verify`` exits 1 when an entry is damaged.
+
+    Raises:
+        BenchError: The cache directory is a file, or a folder given with --cache-dir
+            (or $BENCH_CACHE) does not exist.
+    """
     from bench.storage.cache import Cache, remove_entry
+    from bench.storage.cache_layout import remove_temporary, survey
 
     check_locations(args, writing=False)
     root = cache_dir(args)
     if root.exists() and not root.is_dir():
         raise BenchError(f"cache directory {root} is a file")
     if not root.is_dir():
+        if args.cache_dir is not None or os.environ.get("BENCH_CACHE"):
+            given = "--cache-dir" if args.cache_dir is not None else "$BENCH_CACHE"
+            raise BenchError(f"{given}: no such folder {root}")
         print(f"{root}: no cache here")
         return 0
-    cache = Cache(root)
+    cache = Cache(root, sweep=False)  # verify changes nothing; clean removes what it lists
     checked = cache.verify()
     damaged = [(entry, problem) for entry, problem in checked if problem]
-    strays = cache.strays()
+    found = survey(root)
     size = sum(entry.size for entry, _ in checked)
+    for path in found.foreign:
+        print(f"foreign  {path.relative_to(root)} ({FOREIGN})")
     if args.action == "verify":
         for entry, problem in damaged:
             print(f"damaged  {entry.kind}/{entry.key}: {problem}")
-        for path in strays:
-            print(f"stray    {path.relative_to(root)} (not an entry: 'bench cache clean' removes it)")
-        print(f"{root}: {len(checked)} entries ({_size(size)}), {len(damaged)} damaged, {len(strays)} stray")
+        for path in found.stale:
+            print(f"stale    {path.relative_to(root)} (a temporary of a killed process: "
+                  "'bench cache clean' removes it)")
+        print(f"{root}: {len(checked)} entries ({_size(size)}), {len(damaged)} damaged, {len(found.stale)} stale "
+              f"temporar{'y' if len(found.stale) == 1 else 'ies'}, {len(found.foreign)} foreign ({FOREIGN})")
         return 1 if damaged else 0
     removed = 0
     for entry, problem in checked:
         if problem or args.all:
             remove_entry(entry.path)
             removed += 1
-    for path in strays:
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-    print(f"{root}: removed {removed} entr{'y' if removed == 1 else 'ies'} and {len(strays)} stray file(s); "
-          f"{len(checked) - removed} verified entries kept")
+    for path in found.stale:
+        remove_temporary(path)
+    busy = f", {len(found.busy)} being written left" if found.busy else ""
+    print(f"{root}: removed {removed} entr{'y' if removed == 1 else 'ies'} and {len(found.stale)} stale "
+          f"temporar{'y' if len(found.stale) == 1 else 'ies'}; {len(checked) - removed} verified entries kept"
+          f"{busy}; {len(found.foreign)} foreign file(s) {FOREIGN}")
     return 0
 
 
@@ -65,4 +82,3 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
-

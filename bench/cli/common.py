@@ -65,12 +65,12 @@ def load_plugins(args: argparse.Namespace) -> None:
     """Imports the --mechanism-file files.
 
     Raises:
-        BenchError: A file is missing or fails to import.
+        BenchError: A file is missing, fails to import or registers no mechanism.
     """
-    from bench.core.registry import load_file
+    from bench.core.registry import load_mechanism_file
 
     for path in args.mechanism_file:
-        load_file(path)
+        load_mechanism_file(path)
 
 
 def run_config(args: argparse.Namespace, absolute: bool = False, **extra: Any) -> "RunConfig":
@@ -116,6 +116,15 @@ def add_location_args(parser: argparse.ArgumentParser) -> None:
                         help="releases and trained models (default: RESULTS_DIR/cache or $BENCH_CACHE)")
     parser.add_argument("--tracking-uri", type=text_arg, default=None,
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite in RESULTS_DIR)")
+
+
+def add_entries_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """Adds ``--entries DIR``, the folder of entry JSON files (``args.entries``, None when not given).
+
+    Where a command looks when it is not given (``./leaderboard/entries`` with the shipped
+    baselines, :mod:`leaderboard.locations`) is the command's to say, in ``help_text``.
+    """
+    parser.add_argument("--entries", type=path_arg, default=None, metavar="DIR", help=help_text)
 
 
 def path_arg(text: str) -> Path:

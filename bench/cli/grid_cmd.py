@@ -122,7 +122,12 @@ def placement(args: argparse.Namespace):
 
 
 def executor_config(args: argparse.Namespace):
-    """Returns the ExecutorConfig of the parsed options."""
+    """Returns the ExecutorConfig of the parsed options, checked before anything is written.
+
+    Raises:
+        BenchError: --workers or --gpus-per-cell out of range, or --executor ray without
+            Ray installed (a --dry-run, which runs nothing, does not need it).
+    """
     from bench.scale.executors import ExecutorConfig
 
     if args.workers is not None and args.workers < 1:
@@ -135,9 +140,22 @@ def executor_config(args: argparse.Namespace):
                              "each worker process needs one (and holds a cell in memory); give at most that")
     if args.gpus_per_cell < 1 or (args.gpus_per_cell > 1 and args.executor != "ray"):
         raise BenchError(f"--gpus-per-cell must be at least 1 and needs --executor ray, got {args.gpus_per_cell}")
-    return ExecutorConfig(kind=args.executor, workers=args.workers, ray_address=args.ray_address,
-                          gpus_per_cell=args.gpus_per_cell,
-                          plugin_files=tuple(p.resolve() for p in args.mechanism_file), verbose=args.verbose)
+    config = ExecutorConfig(kind=args.executor, workers=args.workers, ray_address=args.ray_address,
+                            gpus_per_cell=args.gpus_per_cell,
+                            plugin_files=tuple(p.resolve() for p in args.mechanism_file), verbose=args.verbose)
+    if args.executor == "ray" and not getattr(args, "dry_run", False) and not ray_installed():
+        raise BenchError("the ray executor needs Ray: pip install 'ray>=2.9' (nothing was run or written)")
+    return config
+
+
+def ray_installed() -> bool:
+    """Whether Ray can be imported here, looked up without importing it (an import takes seconds)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # a broken or half-removed installation
+        return False
 
 
 def run_grid(cells, where, executor, quiet: bool = False):

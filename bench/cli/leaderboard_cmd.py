@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
-from bench.cli.common import add_location_args, check_locations, data_root, path_arg
+from bench.cli.common import add_entries_option, add_location_args, check_locations, data_root, path_arg
 from bench.errors import BenchError
 from leaderboard.reproduce import DEFAULT_SAMPLE
 
@@ -47,7 +48,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "cell path and compares each number with the entry's: equal on the same hardware (CPU model "
                     "and threads, or GPU), within the cell's stated 95% CI on other hardware. Exit 0 when the "
                     "entry is verified and every sampled cell matches, 1 otherwise, 2 on a usage error.")
-    verify.add_argument("entry", type=path_arg, metavar="ENTRY", help="an entry JSON file (leaderboard/entries/*.json)")
+    verify.add_argument("entry", type=path_arg, metavar="ENTRY",
+                        help="an entry JSON file, or the name (or file stem) of an entry in the entries folder or of a "
+                             "shipped baseline")
+    add_entries_option(verify, "where to look up ENTRY by name (default ./leaderboard/entries or $BENCH_ENTRIES, "
+                               "then the shipped baselines)")
     verify.add_argument("--sample", default=str(DEFAULT_SAMPLE), metavar="K",
                         help=f"how many cells to recompute (default {DEFAULT_SAMPLE}; 'all' for every cell)")
     verify.add_argument("--seed", default="0", help="seed of the random sample (default 0)")
@@ -64,8 +69,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--entries", type=path_arg, default=None,
-                   help="folder of entry JSON files (default leaderboard/entries or $BENCH_ENTRIES)")
+    add_entries_option(p, "folder of entry JSON files, read alone (default: ./leaderboard/entries of the current "
+                          "folder, or $BENCH_ENTRIES, with the baselines the package ships beside it)")
     p.add_argument("--no-entries", action="store_true", help="local runs only")
     p.add_argument("--profile", default=None, help="only cells of this profile")
     p.add_argument("--suite", action="append", default=None, metavar="NAME|FILE",
@@ -76,13 +81,24 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     add_location_args(p)
 
 
-def entries_dir(args: argparse.Namespace) -> Path:
-    """Returns --entries, else $BENCH_ENTRIES, else the package's leaderboard/entries."""
-    from leaderboard.store import ENTRIES_DIR
+def entry_folders(args: argparse.Namespace):
+    """Returns the entry folders of the options (:func:`leaderboard.locations.entry_folders`).
+
+    --entries, else $BENCH_ENTRIES, names a folder read (and written) alone; else it is
+    ./leaderboard/entries of the current folder, with the package's shipped baselines beside it.
+    """
+    from leaderboard.locations import entry_folders as folders
 
     if getattr(args, "entries", None) is not None:
-        return args.entries
-    return Path(os.environ["BENCH_ENTRIES"]) if os.environ.get("BENCH_ENTRIES") else ENTRIES_DIR
+        return folders(args.entries, "--entries")
+    if os.environ.get("BENCH_ENTRIES"):
+        return folders(Path(os.environ["BENCH_ENTRIES"]), "$BENCH_ENTRIES")
+    return folders(None)
+
+
+def entries_dir(args: argparse.Namespace) -> Path:
+    """Returns the user's entries folder: --entries, else $BENCH_ENTRIES, else ./leaderboard/entries."""
+    return entry_folders(args).folder
 
 
 def check_entries_folder(args: argparse.Namespace) -> None:
@@ -95,16 +111,11 @@ def check_entries_folder(args: argparse.Namespace) -> None:
         if getattr(args, "entries", None) is not None:
             raise BenchError(f"--entries {args.entries} and --no-entries contradict each other; give one")
         return
-    if getattr(args, "entries", None) is not None:
-        flag = "--entries"
-    elif os.environ.get("BENCH_ENTRIES"):
-        flag = "$BENCH_ENTRIES"
-    else:
-        return
-    folder = entries_dir(args)
-    if not folder.is_dir():
-        state = "is a file, not a folder" if folder.exists() else "does not exist"
-        raise BenchError(f"{flag} {folder} {state}: name the folder of entry JSON files, or pass --no-entries")
+    folders = entry_folders(args)
+    if folders.named_by and not folders.folder.is_dir():
+        state = "is a file, not a folder" if folders.folder.exists() else "does not exist"
+        raise BenchError(f"{folders.named_by} {folders.folder} {state}: name the folder of entry JSON files, or pass "
+                         "--no-entries")
 
 
 def collect(args: argparse.Namespace):
@@ -125,7 +136,8 @@ def collect(args: argparse.Namespace):
     from bench.storage.tracking.health import NoResults
     from leaderboard.boards import build_leaderboard
     from leaderboard.declare import suite_declarations
-    from leaderboard.store import Skipped, combine, read_entries, runs_frame
+    from leaderboard.locations import read_entry_folders
+    from leaderboard.store import Skipped, combine, runs_frame
 
     check_entries_folder(args)
     check_locations(args, writing=False)
@@ -136,9 +148,10 @@ def collect(args: argparse.Namespace):
     except NoResults:  # no store at all: entries alone may make a board; a damaged or locked one is an error
         tracker = None
     runs = runs_frame(tracker, skipped) if tracker is not None else pd.DataFrame()
+    folders = entry_folders(args)
     entries, declarations = ((pd.DataFrame(), []) if args.no_entries
-                             else read_entries(entries_dir(args), skipped, data_root(args.data_root),
-                                               current={key for d in local for key in d.cells}))
+                             else read_entry_folders(folders, skipped, data_root(args.data_root),
+                                                     current={key for d in local for key in d.cells}))
     frame = combine(runs, entries)
     if args.profile is not None and len(frame):
         frame = frame[frame["profile"] == args.profile].reset_index(drop=True)
@@ -147,7 +160,8 @@ def collect(args: argparse.Namespace):
     for note in notes:
         print(f"[bench] warning: {note}", file=sys.stderr)
     if len(frame) == 0:
-        where = f"{args.results_dir}" + ("" if args.no_entries else f" or {entries_dir(args)}")
+        where = f"{args.results_dir}" + ("" if args.no_entries else
+                                          f" or {' or '.join(map(str, folders.reading())) or folders.folder}")
         raise BenchError(f"no finished cells in {where}" + (f" with profile {args.profile}" if args.profile else "")
                          + " (run 'bench grid' or 'bench run' first)")
     return build_leaderboard(frame, [*local, *declarations]), frame, tracker
@@ -168,14 +182,14 @@ def build_site_from(args: argparse.Namespace) -> Path:
     import warnings
 
     from bench.storage.folders import check_writable_folder
+    from leaderboard.locations import folder_sheets
     from leaderboard.render import build_site
-    from leaderboard.sheets import entry_sheets
     from leaderboard.store import sample_sheets
 
     out = site_folder(args)
     check_writable_folder("--out", out)
     board, frame, tracker = collect(args)
-    submitted, notes = ({}, []) if args.no_entries else entry_sheets(entries_dir(args))
+    submitted, notes = ({}, []) if args.no_entries else folder_sheets(entry_folders(args))
     for note in notes:
         print(f"[bench] warning: {note}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
@@ -297,7 +311,8 @@ def verify_cmd(args: argparse.Namespace) -> int:
     from leaderboard.store import load_entry
     from leaderboard.verification import check_entry
 
-    entry = load_entry(args.entry)
+    path = find_entry(args, args.entry)
+    entry = load_entry(path)
     count = len(entry["cells"]) if args.sample == "all" else _count("--sample", args.sample, 1)
     seed = _count("--seed", args.seed, 0)
     if args.device is not None:
@@ -308,14 +323,75 @@ def verify_cmd(args: argparse.Namespace) -> int:
     check = check_entry(entry)
     print(terminal_safe(f"entry {entry['name']}: {check.status}"))
     cells = sample_cells(entry["cells"], count, seed)
-    print(f"recomputing {len(cells)} of {len(entry['cells'])} cells (sample seed {seed})", flush=True)
+    more = f" (--sample {count} is more than its {len(entry['cells'])} cells)" if count > len(entry["cells"]) else ""
+    print(f"recomputing {len(cells)} of {len(entry['cells'])} cells (sample seed {seed}){more}", flush=True)
+    print(verify_estimate(cells), flush=True)
+    started = time.monotonic()
     results = reproduce(entry, cells, args.results_dir, args.cache_dir, data_root(args.data_root), args.device,
                         say=lambda line: print(line, file=sys.stderr, flush=True))
     for result in results:
         print("\n".join(terminal_safe(line) for line in result.lines()))
     matched = sum(r.status == "match" for r in results)
+    _record(path, entry, results, seed, time.monotonic() - started)
     print(f"{matched} of {len(results)} sampled cells match" + ("" if check.verified else "; the entry is unverified"))
     return 0 if check.verified and matched == len(results) else 1
+
+
+def verify_estimate(cells: list) -> str:
+    """Says how long recomputing ``cells`` took where they were computed (their recorded run times)."""
+    from leaderboard.cells import hardware_label
+
+    seconds = [float(c.get("runtime_s") or 0.0) for c in cells]
+    if not cells or not all(seconds):
+        return "estimate: unknown (the entry records no run time for some sampled cells)"
+    machines = "; ".join(sorted({hardware_label(c) for c in cells}))
+    return (f"estimate: about {sum(seconds) / 60:.1f} min of cell time, as the cells took on {machines} "
+            "(another machine may differ)")
+
+
+def _record(path: Path, entry: dict, results: list, seed: int, seconds: float) -> None:
+    """Writes the reproduction record beside the entry file, or says why it could not."""
+    import torch
+
+    from bench.cell.provenance import cpu_model, git_sha, versions
+    from leaderboard.reproduced import write_record
+
+    facts = {"label": "; ".join(sorted({r.hardware for r in results if r.hardware})) or "nothing recomputed",
+             "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+             "torch": versions()["torch"]}
+    try:
+        record = write_record(path, entry, results, sample_seed=seed, hardware=facts,
+                              code={"git_sha": git_sha(), "privbench": versions()["privbench"]}, seconds=seconds)
+    except OSError as exc:
+        print(f"[bench] warning: no reproduction record written beside {path}: {exc.strerror or exc}", file=sys.stderr)
+        return
+    print(f"recorded: {record} (commit it beside the entry: the board ranks an entry file once it is reproduced)")
+
+
+def find_entry(args: argparse.Namespace, path: Path) -> Path:
+    """Returns the entry file ENTRY names: a file, else the entry of that name (or file stem) in the entries folders.
+
+    The user's folder is searched before the shipped baselines.
+
+    Raises:
+        BenchError: ENTRY is neither a file nor the name of an entry in those folders.
+    """
+    from leaderboard.locations import entry_names_in
+
+    if path.exists():
+        return path
+    text = str(path)
+    folders = entry_folders(args)
+    for folder in [folders.folder, *([folders.shipped] if folders.shipped is not None else [])]:
+        if not folder.is_dir():
+            continue
+        names = entry_names_in(folder)
+        if text in names:
+            return folder / names[text]
+        if (folder / f"{text}.json").is_file():
+            return folder / f"{text}.json"
+    searched = folders.label + (" or the shipped baselines" if folders.shipped is not None else "")
+    raise BenchError(f"ENTRY {text}: no such file, and no entry of that name in {searched}")
 
 
 def _count(flag: str, text: str, low: int) -> int:

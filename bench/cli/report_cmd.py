@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.cli.common import add_location_args, path_arg
+from bench.cli.common import add_entries_option, add_location_args, path_arg
 from bench.errors import BenchError
 from bench.storage.folders import check_writable_file, check_writable_folder
 
@@ -26,8 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", default="markdown", choices=FORMATS, help="markdown (default), latex or csv")
     p.add_argument("--benchmark", default=None, help="only this benchmark")
     p.add_argument("--profile", default=None, help="only cells of this profile")
-    p.add_argument("--entries", type=Path, default=None,
-                   help="also the cells of the entry files in this folder (a committed results bundle)")
+    add_entries_option(p, "also the cells of the entry files in this folder (a committed results bundle; "
+                          "./leaderboard/entries for your project's); without it the report holds local runs only")
     p.add_argument("--bundle", type=Path, default=None, metavar="FILE.json",
                    help="read the cells from this bundle (written with --cells) instead of the tracking store")
     p.add_argument("--cells", type=Path, default=None, metavar="FILE",

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.cli.common import path_arg
+from bench.cli.common import add_entries_option
 from bench.cli.entry_files import (  # noqa: F401 (their home before entry_files; tests and plugins import them here)
     SUBMIT_AUDIT_CONFIDENCE,
     SUBMIT_AUDIT_IMAGE_SIZE,
@@ -46,16 +46,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Checks that the entry follows the leaderboard protocol (docs/protocol.md: at most "
                     "16 declared configurations, at least 3 seeds, one profile), runs the conformance suite on "
                     "MECHANISM, runs (or reuses) the cells of --suite (default: standard) for it and writes one JSON "
-                    "entry to leaderboard/entries/ that declares its configurations and holds the cells' metrics, "
+                    "entry to ./leaderboard/entries of the current folder (or --entries DIR; never into the "
+                    "installed package) that declares its configurations and holds the cells' metrics, "
                     "versions, git sha, dataset fingerprints and MLflow run ids (on a suite with training methods, "
                     "one entry per method, named 'NAME + METHOD'). A mechanism the suite does not "
                     "list runs at its defaults unless --param NAME=V1,V2 lists are given.",
     )
     add_cell_args(p)
-    p.add_argument("--name", default=None, help="entry name (default: the mechanism's name)")
+    p.add_argument("--name", type=entry_name_arg, default=None,
+                   help="entry name (default: the mechanism's name); no '/', '\\' or control characters")
     p.add_argument("--description", default="", help="one line about the entry")
-    p.add_argument("--entries", type=path_arg, default=None,
-                   help="where to write the entry (default leaderboard/entries or $BENCH_ENTRIES)")
+    add_entries_option(p, "where to write the entry (default: ./leaderboard/entries of the current folder, or "
+                          "$BENCH_ENTRIES); the package's shipped baselines are written only when this names "
+                          "their folder")
     p.add_argument("--refresh", action="store_true",
                    help="recompute exactly the stale cells (computed by older code: a version bump changed their "
                         "keys) of the entries in --entries, those --name or --mechanism names or else every stale "
@@ -64,12 +67,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=submit)
 
 
+def entry_name_arg(text: str) -> str:
+    """An argparse ``type`` for ``--name``: a name shown on the boards, never a path.
+
+    Raises:
+        argparse.ArgumentTypeError: The name is empty or blank, '.' or '..', or holds a
+            path separator or a control character.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty entry name; leave --name out for the mechanism's name")
+    if text.strip() in {".", ".."} or "/" in text or "\\" in text:
+        raise argparse.ArgumentTypeError(f"an entry name is not a path: {text!r} (no '/', '\\', '.' or '..')")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise argparse.ArgumentTypeError(f"an entry name is one line of printable text, got {text!r}")
+    return text
+
+
 def submit(args: argparse.Namespace) -> int:
     """Checks, runs and writes the entry; prints where and the entry's leaderboard rows."""
-    from bench.cli.leaderboard_cmd import entries_dir
+    from bench.cli.leaderboard_cmd import entry_folders
     from bench.core.registry import mechanisms
     from bench.scale.grid import expand
     from bench.storage.tracking import Tracker
+    from leaderboard.locations import PROJECT_ENTRIES
 
     if args.refresh:
         from bench.cli.submit_refresh import refresh
@@ -83,9 +103,12 @@ def submit(args: argparse.Namespace) -> int:
     mechanism_cls = mechanisms.get(name)
     suite = adjust_suite(submission_suite(args.suite or "standard", name, split_names(args.task)), args)
     where = placement(args)
-    folder = entries_dir(args)
+    folders = entry_folders(args)
+    folders.check_writable()
+    folder = folders.folder
     for entry_name in entry_names(args.name or name, suite_labels(suite)).values():
-        check_entry_target(folder, entry_name)
+        folders.check_name(entry_name)
+        check_entry_target(folder, entry_name, folders.named_by or str(PROJECT_ENTRIES))
     checks = conformance(name)  # the whole suite, before planning cells runs its cheap part for plugins
     cells = expand(suite, where)
     check_protocol(suite, cells)
@@ -107,7 +130,7 @@ def submit(args: argparse.Namespace) -> int:
         sheet = attach_sheet(entry, folder, [o.run_id for o in mine], tracker)
         path = write_entry(entry, folder)
         print(f"entry written: {path} ({len(entry['cells'])} cells)" + (f"; sample sheet: {sheet}" if sheet else ""))
-        _print_rows(entry)
+        _print_rows(entry, path)
     return 0
 
 
@@ -223,6 +246,7 @@ def build_entry(args, parts: EntryParts, outcomes: list, where, name: str) -> di
     from bench.cell.provenance import git_sha, versions
     from bench.storage.tracking import Tracker
     from leaderboard.declare import declaration_block
+    from leaderboard.locations import portable_uri
     from leaderboard.store import ENTRY_SCHEMA
 
     suite = parts.suite
@@ -248,21 +272,26 @@ def build_entry(args, parts: EntryParts, outcomes: list, where, name: str) -> di
         "git_sha": git_sha(),
         "versions": versions(),
         "dataset_fingerprints": fingerprints,
-        "tracking_uri": where.tracking_uri,
+        "tracking_uri": portable_uri(where.tracking_uri),  # relative to the submitter's folder, or a label
         "cells": sorted(cells, key=lambda c: (c["task"], c["seed"], json.dumps(c["params"], sort_keys=True, default=str))),
     }
 
 
-def check_entry_target(folder: Path, name: str) -> None:
+def check_entry_target(folder: Path, name: str, flag: str = "--entries") -> None:
     """Checks, before anything runs, that the entry can be written and would replace only its own earlier version.
 
     An earlier entry of the same name is replaced (a resubmission); this says so on stderr.
 
+    Args:
+        folder: The entries folder.
+        name: The entry's name.
+        flag: What named the folder, for messages (``--entries``, ``$BENCH_ENTRIES``, ``leaderboard/entries``).
+
     Raises:
-        BenchError: --entries is not a folder and cannot be created, or the entry's file
-            is a folder or holds something other than an entry of this name.
+        BenchError: The folder is not one and cannot be created, or the entry's file is a
+            folder or holds something other than an entry of this name.
     """
-    check_writable_folder("--entries", folder)
+    check_writable_folder(flag, folder)
     path = entry_path(folder, name)
     if not path.exists():
         return
@@ -270,7 +299,7 @@ def check_entry_target(folder: Path, name: str) -> None:
         print(f"[bench] submit: {path} holds an earlier entry named {name!r}; it is replaced once the cells are done",
               file=sys.stderr, flush=True)
         return
-    raise BenchError(f"--entries: {path} exists and is not an entry named {name!r}; move it away, or pass "
+    raise BenchError(f"{flag}: {path} exists and is not an entry named {name!r}; move it away, or pass "
                      "another --entries folder or --name")
 
 
@@ -288,16 +317,24 @@ def _suite_digest(suite) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _print_rows(entry: dict[str, Any]) -> None:
-    """Prints the entry as the leaderboard will rank it (on its own)."""
+def _print_rows(entry: dict[str, Any], path: Path) -> None:
+    """Prints the entry as the leaderboard will show it (on its own): self-reported until it is reproduced."""
     import pandas as pd
 
     from leaderboard.boards import build_leaderboard
     from leaderboard.declare import declaration_from_entry
     from leaderboard.exports import render_terminal
+    from leaderboard.reproduced import reproduction_of
     from leaderboard.verification import check_entry
 
     audits = check_entry(entry).audits  # the verdicts just recorded, as the board will read them
     rows = [{**cell, "source": f"entry:{entry['name']}", "audit": audits.get(cell["cell_key"], "")}
             for cell in entry["cells"]]
-    print(render_terminal(build_leaderboard(pd.DataFrame(rows), [declaration_from_entry(entry)])), end="")
+    reproduction = reproduction_of(path)
+    declaration = dataclasses.replace(declaration_from_entry(entry), reproduction=reproduction.text,
+                                      self_reported="" if reproduction.reproduced else reproduction.text)
+    print(render_terminal(build_leaderboard(pd.DataFrame(rows), [declaration])), end="")
+    if not reproduction.reproduced:
+        print(f"self-reported until reproduced: the board ranks it once 'bench leaderboard verify {path.name} "
+              "--sample K' has recomputed a sample of its cells on the machine that publishes the board and they "
+              "matched (docs/submitting.md)")

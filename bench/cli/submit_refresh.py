@@ -54,7 +54,7 @@ def refresh(args: argparse.Namespace) -> int:
         BenchError: No such entry, an entry that is unverified or cannot be planned here,
             or a cell that failed (no entry is then written).
     """
-    from bench.cli.leaderboard_cmd import entries_dir
+    from bench.cli.leaderboard_cmd import entry_folders
 
     given = [flag for flag, value in (("--suite", args.suite), ("--task", args.task), ("--param", args.param),
                                       ("--seeds", args.seeds), ("--profile", args.profile), ("--set", args.overrides),
@@ -64,9 +64,11 @@ def refresh(args: argparse.Namespace) -> int:
         raise BenchError(f"--refresh recomputes the cells each entry declares, so {', '.join(given)} cannot change "
                          "them; select entries with --name or --mechanism only")
     load_plugins(args)
-    folder = entries_dir(args)
+    folders = entry_folders(args)  # the user's entries only: the shipped baselines are read-only
+    folder = folders.folder
     if not folder.is_dir():
-        raise BenchError(f"--entries: {folder} is not a folder of entries")
+        raise BenchError(f"{folders.label} is not a folder of entries")
+    folders.check_writable()
     where = placement(args)
     todo = stale_entries(folder, args.name, split_names(args.mechanism), where)
     if not todo:
@@ -143,7 +145,8 @@ def rewrite(item: StaleEntry, outcomes: dict[str, Any], where) -> Path:
     """Writes an entry with its stale cells replaced by the recomputed ones; returns its path.
 
     Unchanged cells stay as recorded. The declaration lists today's keys; the entry's
-    ``refreshed`` record says when, by which commit, how many cells and why. A new
+    ``refreshed`` record says when, by which commit, how many cells, why and in which store
+    (its tracking URI, as :func:`leaderboard.locations.portable_uri` records one). A new
     mechanism version reruns conformance and the claims' audits and takes its sample
     sheet from the new runs.
     """
@@ -152,6 +155,7 @@ def rewrite(item: StaleEntry, outcomes: dict[str, Any], where) -> Path:
     from bench.core.registry import mechanisms
     from bench.storage.tracking import Tracker
     from leaderboard.declare import declaration_block, declaration_from_entry
+    from leaderboard.locations import portable_uri
     from leaderboard.sheets import SHEET_FIELD
 
     entry = dict(item.entry)
@@ -172,6 +176,10 @@ def rewrite(item: StaleEntry, outcomes: dict[str, Any], where) -> Path:
     entry["cells"] = cells
     entry["dataset_fingerprints"] = {c["dataset"]: c["dataset_fingerprint"] for c in cells}
     entry["git_sha"], entry["versions"] = git_sha(), versions()
+    # No absolute local path is kept: the original store's (an older entry may record one) and the new cells' store.
+    if entry.get("tracking_uri"):
+        entry["tracking_uri"] = portable_uri(entry["tracking_uri"])
     entry["refreshed"] = {"at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                          "git_sha": entry["git_sha"], "cells": len(item.stale), "why": item.why}
+                          "git_sha": entry["git_sha"], "cells": len(item.stale), "why": item.why,
+                          "tracking_uri": portable_uri(where.tracking_uri)}
     return write_entry(entry, item.path.parent, item.path)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from bench.cli.common import add_location_args, cannot_listen, check_locations, check_port
 
@@ -15,6 +17,8 @@ READY_TIMEOUT_S = 300.0
 """How long the server may take to answer before its address is printed anyway (with a note)."""
 SLOW_S = 5.0
 """After this long without an answer, a line on stderr says the server is still starting."""
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+"""Signals that stop ``bench ui`` and, with it, the server and every process the server started."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -54,8 +58,11 @@ def check_free(port: int) -> None:
 def ui(args: argparse.Namespace) -> int:
     """Checks the port, relocates a moved store, starts the server and waits for it.
 
+    The server and everything it starts run in a process group of their own, which
+    ``bench ui`` takes down on Ctrl-C, SIGTERM or SIGHUP, and when the server stops by itself.
+
     Returns:
-        0 once Ctrl-C stopped the server; 1 when it stopped by itself (its log says why).
+        0 once Ctrl-C (or SIGTERM, SIGHUP) stopped the server; 1 when it stopped by itself (its log says why).
     """
     from bench.storage.tracking import Tracker
     from bench.storage.tracking.relocate import relocate
@@ -74,21 +81,61 @@ def ui(args: argparse.Namespace) -> int:
                "--workers", "1"]  # one user on loopback: no supervisor restarting workers slow to start
     url = ui_url(args.port, tracker.experiment_id)
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    server = subprocess.Popen(command, env=env, stdout=_stderr())  # its log on stderr: stdout is the address
-    try:
-        ready = wait_until_serving(args.port, server, on_slow=lambda: print(
-            f"[bench] MLflow's server on 127.0.0.1:{args.port} is starting; its address follows once it answers",
-            file=sys.stderr, flush=True))
-        if ready is not None:
-            note = "" if ready else f" (not answering after {READY_TIMEOUT_S:.0f} s yet; it may still be starting)"
-            print(f"MLflow UI for {args.results_dir}: {url}{note}", flush=True)
-        status = server.wait()
-    except KeyboardInterrupt:
-        stop(server)
-        return 0
+    server = group = None
+    with stopped_by_signals():
+        try:
+            # Its log on stderr (stdout is the address); its own process group (uvicorn and whatever
+            # else MLflow starts join it), taken down as one.
+            server = subprocess.Popen(command, env=env, stdout=_stderr(), start_new_session=True)
+            group = getattr(server, "pid", None)
+            ready = wait_until_serving(args.port, server, on_slow=lambda: print(
+                f"[bench] MLflow's server on 127.0.0.1:{args.port} is starting; its address follows once it answers",
+                file=sys.stderr, flush=True))
+            if ready is not None:
+                note = "" if ready else f" (not answering after {READY_TIMEOUT_S:.0f} s yet; it may still be starting)"
+                print(f"MLflow UI for {args.results_dir}: {url}{note}", flush=True)
+            status = server.wait()
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP (stopped_by_signals)
+            if server is not None:
+                stop(server, group)
+            return 0
+        except BaseException:
+            if server is not None:
+                stop(server, group)
+            raise
+        stop(server, group)  # the server is gone: what it started must not keep the port
     print(f"bench: error: the MLflow server stopped by itself (exit status {status}; its log is above)",
           file=sys.stderr)
     return 1
+
+
+@contextlib.contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """Turns SIGINT, SIGTERM and SIGHUP into ``KeyboardInterrupt`` inside the block, then restores the handlers.
+
+    The server runs in a process group of its own (it must not take the terminal's Ctrl-C
+    before ``bench ui`` can stop it cleanly), so these signals reach ``bench ui`` alone, and
+    it is ``bench ui`` that takes the group down (:func:`stop`). Outside the main thread,
+    where Python cannot set handlers, nothing changes.
+    """
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {}
+    for name in STOP_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is None:
+            continue
+        try:
+            previous[number] = signal.signal(number, interrupt)
+        except ValueError:  # not the main thread
+            break
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def wait_until_serving(port: int, server: subprocess.Popen, timeout: float = READY_TIMEOUT_S,
@@ -133,11 +180,62 @@ def _stderr() -> int | None:
         return None
 
 
-def stop(server: subprocess.Popen) -> None:
-    """Stops the server: terminated, then killed if it has not exited within 30 s."""
-    server.terminate()
+def stop(server: subprocess.Popen, group: int | None = None, grace_s: float = 30.0) -> None:
+    """Stops the server and every process in its process group: terminated, then killed after ``grace_s``.
+
+    Further stop signals are ignored meanwhile, so a second Ctrl-C cannot leave the group half stopped.
+
+    Args:
+        server: The server process.
+        group: Its process group (it leads one of its own), or None to stop the process alone.
+        grace_s: Seconds the processes get to exit after SIGTERM before SIGKILL.
+    """
+    with _ignoring_stop_signals():
+        _signal(server, group, signal.SIGTERM)
+        try:
+            server.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            _signal(server, group, signal.SIGKILL)
+            server.wait()
+        if group is None:
+            return
+        deadline = time.monotonic() + min(grace_s, 5.0)
+        while _group_alive(group) and time.monotonic() < deadline:  # children outliving the server
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+
+
+def _signal(server: subprocess.Popen, group: int | None, signum: int) -> None:
+    """Sends a signal to the server's group, or to the server alone."""
+    if group is None:
+        server.kill() if signum == signal.SIGKILL else server.terminate()
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signum)
+
+
+def _group_alive(group: int) -> bool:
+    """Whether any process of a process group is still there."""
     try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
+        os.killpg(group, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _ignoring_stop_signals() -> Iterator[None]:
+    previous = {}
+    for name in STOP_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None:
+            try:
+                previous[number] = signal.signal(number, signal.SIG_IGN)
+            except ValueError:  # not the main thread
+                break
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

@@ -141,8 +141,12 @@ def _entry_points(group: str):
     return list(entry_points(group=group))
 
 
-def load_file(path: str | Path) -> None:
+def load_file(path: str | Path) -> list[str]:
     """Imports a single Python file so that its decorators register what it declares.
+
+    Returns:
+        The mechanisms the file registered (recorded on its first import, so a file
+        loaded again answers the same).
 
     Raises:
         BenchError: The file does not exist or fails to import.
@@ -154,12 +158,13 @@ def load_file(path: str | Path) -> None:
         registry.discover()  # so that a plugin reusing a built-in name fails here, naming both
     module_name = f"bench_user_{path.stem}_{abs(hash(str(path.resolve()))) % 10**8}"
     if module_name in sys.modules:
-        return
+        return list(_registered_by.get(module_name, ()))
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise BenchError(f"cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
+    before = set(mechanisms._items)
     try:
         spec.loader.exec_module(module)
     except BenchError:
@@ -170,6 +175,30 @@ def load_file(path: str | Path) -> None:
     except Exception as exc:
         del sys.modules[module_name]
         raise BenchError(f"cannot import {path}: {type(exc).__name__}: {exc}") from None
+    _registered_by[module_name] = [name for name in mechanisms._items if name not in before]
+    return list(_registered_by[module_name])
+
+
+def load_mechanism_file(path: str | Path) -> list[str]:
+    """Imports a ``--mechanism-file``: a Python file that must register at least one mechanism.
+
+    Returns:
+        The mechanisms it registered.
+
+    Raises:
+        BenchError: The file does not exist, fails to import, or registers no mechanism
+            (a file with a typo in its decorator, or the wrong file, would otherwise pass
+            unnoticed until the mechanism's name is looked up).
+    """
+    names = load_file(path)
+    if not names:
+        raise BenchError(f"--mechanism-file {path} registers no mechanism (declare one with "
+                         "@register_mechanism(\"NAME\") on a Mechanism class)")
+    return names
+
+
+_registered_by: dict[str, list[str]] = {}
+"""Module name of a loaded file -> the mechanisms it registered."""
 
 
 mechanisms: Registry = Registry("mechanism", ("mechanisms",), "bench.mechanisms")

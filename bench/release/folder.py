@@ -121,11 +121,11 @@ def plan(args: argparse.Namespace) -> ReleasePlan:
     Raises:
         BenchError: The first mistake found.
     """
-    from bench.core.registry import load_file, mechanisms
+    from bench.core.registry import load_mechanism_file, mechanisms
     from bench.system.devices import resolve_device
 
     if args.mechanism_file is not None:
-        load_file(args.mechanism_file)
+        load_mechanism_file(args.mechanism_file)
     mechanism = mechanisms.get(args.mechanism)(**parse_assignments(args.param))
     device = resolve_device(args.device)
     source, target = _check_folders(args.source, args.target)

@@ -192,17 +192,21 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
 
     from bench.cell.once import sweep_orphans
     from bench.cell.plan import plan
-    from bench.core.registry import load_file
+    from bench.core.registry import load_mechanism_file, mechanisms
     from bench.scale.executors import execute_cell, open_tracker
 
     for path in config.plugin_files:
-        load_file(path)
+        load_mechanism_file(path)
     if config.base.attacks is not None and not config.base.attacks:
         raise BenchError("bench tune maximises privacy: the cells need at least one attack (drop --attacks none)")
+    name = config.base.mechanism  # a --param value it refuses is named as such, not as "nothing left to tune"
+    mechanisms.get(name).params.resolve(config.base.params, owner=f"--param: mechanism {name!r}")
     space = full_space(config.base)
     if not space:
-        raise BenchError(f"mechanism {config.base.mechanism!r} has no parameter left to tune "
-                         f"(and task {config.base.task!r} no tunable setting that --set does not fix)")
+        fixed = ", ".join(f"{k}={v}" for k, v in config.base.params.items())
+        raise BenchError(f"mechanism {name!r} has no parameter left to tune"
+                         + (f" (--param fixes {fixed})" if fixed else "")
+                         + f" and task {config.base.task!r} no tunable setting that --set does not fix")
     check_storage(config.storage, config.base.results_dir)
     base = plan(trial_config(config.base, config.base.params))
     if not base.attacks:

@@ -12,32 +12,41 @@ to disk: after a power cut an entry may hold damaged bytes, which verification c
 records the entry's kind and content key and, per file, its size and xxh3-128 checksum.
 Reading an entry compares the key and verifies every file (once per process per entry, so
 a hit stays cheap); a mismatch, a truncated or unreadable file is reported in one line,
-removed and rebuilt, never used. Objects are stored with ``torch.save`` and read with
+removed and rebuilt, never used. A write that fills the file system leaves nothing behind and
+ends in one line naming the cache folder. Maintenance (``bench cache clean``) removes only what
+:mod:`bench.storage.cache_layout` recognises as the cache's own. Objects are stored with ``torch.save`` and read with
 ``weights_only=True``: tensors and plain containers only, never code.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
-import socket
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from bench.storage.locks import file_lock, pid_alive
+from bench.errors import BenchError
+from bench.storage.cache_layout import (  # noqa: F401 (MANIFEST, STALE_TMP_S, remove_*: their home was here)
+    FORMAT,
+    MANIFEST,
+    STALE_TMP_S,
+    remove_entry,
+    remove_stale_temporaries,
+    survey,
+    writing_name,
+)
+from bench.storage.locks import file_lock
 
-MANIFEST = "MANIFEST.json"
-FORMAT = 1
 OBJECT_FILE = "object.pt"
 CHUNK = 1 << 23
-STALE_TMP_S = 24 * 3600.0
-"""A temporary entry of another host older than this is taken to be left by a dead process."""
+NO_SPACE_TEXTS = ("no space left", "unexpected pos", "file write failed", "disk quota exceeded")
+"""Words of an error that a full file system causes where no errno says so (torch's zip writer, Arrow)."""
 
 _verified: dict[tuple[str, int, int], bool] = {}
 _swept: set[str] = set()
@@ -87,11 +96,13 @@ class Cache:
 
     Args:
         root: The cache directory (created on first write).
+        sweep: Remove temporaries left by killed processes (once per process and directory);
+            False leaves the directory as it is (``bench cache verify``).
     """
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, sweep: bool = True):
         self.root = Path(root)
-        if str(self.root) not in _swept:
+        if sweep and str(self.root) not in _swept:
             _swept.add(str(self.root))
             remove_stale_temporaries(self.root)
 
@@ -138,12 +149,16 @@ class Cache:
         Returns:
             The entry's folder. When another process committed the same entry first, its
             entry is kept and this one discarded.
+
+        Raises:
+            BenchError: The file system is full (:func:`is_no_space`); the half-written
+                entry is removed first.
         """
         final = self.entry_path(kind, key)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.parent / f".{key}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        tmp.mkdir()
+        tmp = final.parent / writing_name(key)
         try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp.mkdir()
             fill(tmp)
             files = {}
             for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
@@ -160,8 +175,11 @@ class Cache:
                 if not final.exists():
                     raise
                 shutil.rmtree(tmp, ignore_errors=True)  # another process committed it first
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            if is_no_space(exc):
+                raise BenchError(f"no space left on the cache folder {self.root} while writing {kind}/{key[:12]} "
+                                 "(nothing of it kept); free space there or pass another --cache-dir") from None
             raise
         _verified[_stamp(final)] = True
         return final
@@ -211,13 +229,8 @@ class Cache:
     # --- maintenance -------------------------------------------------------------------------
 
     def entries(self) -> Iterator[EntryInfo]:
-        """Yields every committed entry (a folder holding a manifest or meant to)."""
-        if not self.root.is_dir():
-            return
-        for manifest in sorted(self.root.rglob(MANIFEST)):
-            folder = manifest.parent
-            if folder.name.startswith("."):
-                continue
+        """Yields every entry PrivBench wrote here (a folder holding a manifest of its form), never a foreign folder."""
+        for folder in survey(self.root).entries:
             yield _info(self.root, folder)
 
     def verify(self) -> list[tuple[EntryInfo, str | None]]:
@@ -232,23 +245,22 @@ class Cache:
             out.append((entry, problem))
         return out
 
-    def strays(self) -> list[Path]:
-        """Returns what is neither an entry nor a lock: temporaries, half entries, files of old formats."""
-        entries = {e.path for e in self.entries()}
-        out: list[Path] = []
 
-        def walk(folder: Path) -> None:
-            for child in sorted(folder.iterdir()):
-                if child in entries or child.name.endswith(".lock"):
-                    continue
-                if child.is_dir() and not child.name.endswith(".tmp"):
-                    walk(child)
-                else:
-                    out.append(child)
+def is_no_space(exc: BaseException) -> bool:
+    """Whether an error was caused by a full file system (or quota).
 
-        if self.root.is_dir():
-            walk(self.root)
-        return out
+    ``OSError`` carries ``ENOSPC``/``EDQUOT``; torch's zip writer raises a ``RuntimeError``
+    (``unexpected pos``, ``file write failed``) without an errno, as a chained cause or not.
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            return True
+        if isinstance(exc, (OSError, RuntimeError)) and any(t in str(exc).lower() for t in NO_SPACE_TEXTS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def verify_entry(path: Path, kind: str, key: str, force: bool = False) -> None:
@@ -286,39 +298,6 @@ def verify_entry(path: Path, kind: str, key: str, force: bool = False) -> None:
         if checksum(file) != meta["xxh3_128"]:
             raise DamagedEntry(f"{rel} checksum mismatch")
     _verified[stamp] = True
-
-
-def remove_entry(path: Path) -> None:
-    """Removes an entry's folder (readers holding mapped files keep their data)."""
-    trash = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.removed.tmp"
-    with contextlib.suppress(FileNotFoundError):
-        os.rename(path, trash)
-        shutil.rmtree(trash, ignore_errors=True)
-
-
-def remove_stale_temporaries(root: Path) -> list[Path]:
-    """Removes temporaries left by killed processes: this host's dead pids, other hosts' after a day."""
-    removed: list[Path] = []
-    if not root.is_dir():
-        return removed
-    host = socket.gethostname()
-    now = time.time()
-    for tmp in root.rglob(".*.tmp"):
-        parts = tmp.name[1:-4].split(".")
-        owner_host, pid = (parts[-3], parts[-2]) if len(parts) >= 4 else (None, None)
-        dead = owner_host == host and pid is not None and pid.isdigit() and not pid_alive(int(pid))
-        try:
-            old = now - tmp.stat().st_mtime > STALE_TMP_S
-        except FileNotFoundError:
-            continue
-        if dead or old or "removed" in parts:
-            if tmp.is_dir():
-                shutil.rmtree(tmp, ignore_errors=True)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    tmp.unlink()
-            removed.append(tmp)
-    return removed
 
 
 def _read_object(file: Path) -> Any:

@@ -115,12 +115,14 @@ def test_mlflow_carries_task_and_attack_settings_as_params(ran):
     # The CPU cell's intra-op threads and CPU model, which its float sums depend on.
     assert run.data.tags["bench.version.cpu_threads"] == result.versions["cpu_threads"] == str(torch.get_num_threads())
     assert run.data.tags["bench.version.cpu"] == result.versions["cpu"] == cpu_model() != "unknown"
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert run.data.tags["bench.version.cpu_capability"] == result.versions["cpu_capability"] == capability
 
 
 def test_a_cuda_cell_records_its_gpu_and_no_cpu_facts(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     assert hardware(torch.device("cuda", 0)) == {"gpu": "NVIDIA H100 80GB HBM3"}
-    assert set(hardware(torch.device("cpu"))) == {"cpu", "cpu_threads"}
+    assert set(hardware(torch.device("cpu"))) == {"cpu", "cpu_threads", "cpu_capability"}
 
 
 def test_a_copied_results_directory_reads_its_own_artifacts_after_relocate(ran, tmp_path, capsys):

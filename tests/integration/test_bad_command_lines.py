@@ -111,7 +111,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("tune-zero-threads", [*TUNE, "--threads", "0"], "--threads"),
     ("tune-negative-threads", [*TUNE, "--threads", "-2"], "--threads"),
     ("tune-population-over-trials", [*TUNE, "--population", "1000000"], "--population"),
-    ("tune-negative-trials", [*TUNE, "--trials", "-3"], "trials"),
+    ("tune-negative-trials", [*TUNE[:7], "--trials", "-3", *TUNE[9:]], "trials"),
     ("tune-zero-population", [*TUNE, "--population", "0"], "--population"),
     ("tune-negative-sampler-seed", [*TUNE, "--sampler-seed", "-1"], "--sampler-seed"),
     # settings checked and then ignored

@@ -29,8 +29,9 @@ CASES: list[tuple[str, list[str], str]] = [
     # names
     ("unknown-mechanism", ["run", "--mechanism", "dp_pixx", "--task", FS, "--results-dir", "{tmp}/results"], "did you mean 'dp_pix'"),
     ("unknown-task", ["run", "--mechanism", "dp_pix", "--task", "fewshot_synth", "--results-dir", "{tmp}/results"], "unknown task"),
-    ("unknown-profile", [*RUN, "--profile", "fast"], "unknown profile"),
-    ("mistyped-profile", [*RUN, "--profile", "smok"], "unknown profile 'smok'; did you mean 'smoke'?"),
+    ("unknown-profile", [*RUN[:5], "--profile", "fast", *RUN[7:]], "unknown profile"),
+    ("mistyped-profile", [*RUN[:5], "--profile", "smok", *RUN[7:]], "unknown profile 'smok'; did you mean 'smoke'?"),
+    ("profile-twice", [*RUN, "--profile", "paper"], "--profile: given twice"),
     ("unknown-attack", [*RUN, "--attacks", "face_reidd"], "unknown attack"),
     ("empty-attacks", [*RUN, "--attacks", ""], "--attacks needs"),
     ("only-commas-attacks", [*RUN, "--attacks", ",,"], "--attacks needs"),
@@ -127,8 +128,8 @@ CASES: list[tuple[str, list[str], str]] = [
                               "--cache-dir", "{tmp}/cache"], "no folder"),
     ("sheet-unknown-device", [*SHOW, "--device", "gpu"], "unknown device 'gpu'"),
     ("sheet-negative-seed", [*SHOW, "--seed", "-1"], "--seed must be an integer in [0, 2^63)"),
-    ("sheet-without-extension", [*SHOW, "--out", "{tmp}/sheet"], "ending in .png"),
-    ("sheet-unknown-extension", [*SHOW, "--out", "{tmp}/sheet.xyz"], "ending in .png"),
+    ("sheet-without-extension", [*SHOW[:3], "--out", "{tmp}/sheet", *SHOW[5:]], "ending in .png"),
+    ("sheet-unknown-extension", [*SHOW[:3], "--out", "{tmp}/sheet.xyz", *SHOW[5:]], "ending in .png"),
     # mistyped subcommands and choices
     ("mistyped-command", ["rnu"], "did you mean 'run'"),
     ("mistyped-list-kind", ["list", "mechanism"], "did you mean 'mechanisms'"),

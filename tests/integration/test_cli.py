@@ -25,7 +25,8 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def _run_args(results: Path, cache: Path, *extra: str) -> list[str]:
-    return ["run", "--task", "fewshot_synth_faces", "--profile", "smoke", "--results-dir", str(results),
+    profile = [] if "--profile" in extra else ["--profile", "smoke"]  # an option is given once
+    return ["run", "--task", "fewshot_synth_faces", *profile, "--results-dir", str(results),
             "--cache-dir", str(cache), "-q", *extra]
 
 

@@ -20,6 +20,7 @@ from bench.cli import main
 from bench.core.interfaces import Result
 from bench.core.registry import mechanisms
 from bench.storage.tracking import Tracker
+from leaderboard.reproduced import record_path, reproduction_of, write_pins
 from leaderboard.staleness import check_staleness
 from leaderboard.verification import DIGEST_FIELD, cell_digest, check_entry
 
@@ -58,6 +59,7 @@ def board(tmp_path_factory, shared_cache):
     assert main(["submit", "--mechanism", "pixelate", "--suite", str(suite), "--results-dir", str(results),
                  "--cache-dir", str(shared_cache), "--entries", str(entries)]) == 0
     (path,) = entries.glob("*.json")
+    write_pins(entries, [path.name])  # the maintainers' act: a baseline the board ranks (leaderboard.reproduced)
     real = json.loads(path.read_text())
     forged = copy.deepcopy(real)
     forged.update(name="forged", mechanism="not_registered_anywhere", audit=None)
@@ -78,7 +80,7 @@ def test_a_forged_entry_is_marked_and_never_ranked_above_a_verified_one(capsys, 
     capsys.readouterr()
     assert main(show(board)) == 0
     lines = capsys.readouterr().out.splitlines()
-    rows = {line.split()[1]: line for line in lines[2:] if not line.lstrip().startswith("note:")}
+    rows = {line.split()[1]: line for line in lines[2:] if line.strip() and not line.lstrip().startswith(("note:", "Rank:"))}
     assert rows["pixelate"].split()[0] == "1" and rows["pixelate"].rstrip().endswith("ranked")
     forged = rows["forged"]
     assert forged.split()[0] == "–"
@@ -239,9 +241,19 @@ def test_leaderboard_verify_reproduces_a_submitted_entry(capsys, tmp_path, share
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "entry pixelate: verified"
     assert out[1] == "recomputing 1 of 3 cells (sample seed 0)"
+    assert out[2].startswith("estimate: about ") and "min of cell time, as the cells took on" in out[2]
+    out = out[:2] + out[3:]
     assert re.match(r"match: fewshot_synth_faces pixelate\(block=8\) \[.*epochs=1.*\] seed \d \(cell [0-9a-f]+\): "
                     r"\d+ numbers compared, equal on the same hardware", out[2])
     assert out[-1] == "1 of 1 sampled cells match"
+    # The maintainer's verify writes its record beside the entry: the entry is reproduced (issue 62).
+    assert out[-2] == f"recorded: {record_path(path)} (commit it beside the entry: the board ranks an entry file once it " \
+                      "is reproduced)"
+    reproduction = reproduction_of(path)
+    assert reproduction.reproduced and reproduction.text.startswith("reproduced: 1 of 3 cells on ")
+    record = json.loads(record_path(path).read_text())
+    assert record["verdict"] == "reproduced" and record["hardware"]["cpu_capability"] and record["code"]["git_sha"]
+    assert [c["status"] for c in record["cells"]] == ["match"] and record["sample"] == {"cells": 1, "of": 3, "seed": 0}
 
     # A careful forger recomputes the digests of numbers nobody computed: the board cannot tell, verify can.
     entry = json.loads(path.read_text())
@@ -255,3 +267,7 @@ def test_leaderboard_verify_reproduces_a_submitted_entry(capsys, tmp_path, share
     assert re.search(r"^mismatch: fewshot_synth_faces pixelate", out, re.M)
     assert re.search(r"^  utility\.acc: [0-9.]+ stated, [0-9.]+ recomputed \(allowed ± 0\)$", out, re.M)
     assert out.splitlines()[-1] == "0 of 1 sampled cells match"
+    assert not reproduction_of(forged).reproduced  # its record says mismatch: self-reported, never ranked
+    assert "did not match" in reproduction_of(forged).text
+    path.write_text(json.dumps(signed(entry)))  # the reproduced file edited afterwards: no longer reproduced
+    assert "changed after it was reproduced" in reproduction_of(path).text

@@ -19,6 +19,8 @@ from bench.cli import main
 from bench.core.interfaces import Result
 from bench.core.registry import scoped
 from bench.storage.tracking import Tracker
+from leaderboard.reproduced import write_pins
+from leaderboard.table import RANK_LINE
 
 TASK = "fewshot_synth_faces"
 SUITE = {"description": "small submission suite", "profile": "smoke", "seeds": [0, 1, 2], "benchmarks": [TASK],
@@ -57,8 +59,9 @@ def env(tmp_path_factory, shared_cache):
 
 
 def submit_argv(env, *extra: str) -> list[str]:
+    entries = [] if "--entries" in extra else ["--entries", str(env["entries"])]  # an option is given once
     return ["submit", "--suite", str(env["suite"]), "--results-dir", str(env["results"]), "--cache-dir",
-            str(env["cache"]), "--entries", str(env["entries"]), *extra]
+            str(env["cache"]), *entries, *extra]
 
 
 def test_submit_writes_an_entry_the_leaderboard_ranks(capsys, env):
@@ -87,7 +90,11 @@ def test_submit_writes_an_entry_the_leaderboard_ranks(capsys, env):
         assert cell["dataset_fingerprint"] == entry["dataset_fingerprints"]["synth_faces"]
     board_lines = out.splitlines()[1:]
     assert board_lines[0].startswith(f"{TASK} · profile smoke · synthetic data")
-    assert board_lines[2].split()[:2] == ["1", "pixelate"]
+    # self-reported until reproduced (issue 62): listed, never ranked, and submit says what ranks it
+    assert board_lines[2].split()[:2] == ["–", "pixelate"] and "self-reported: not reproduced" in board_lines[2]
+    assert out.splitlines()[-1].startswith(f"self-reported until reproduced: the board ranks it once 'bench leaderboard "
+                                           f"verify {path.name} --sample K'")
+    write_pins(env["entries"], [path.name])  # what the maintainers' verify (or pin) makes of it: ranked
 
     assert main(["leaderboard", "show", "--format", "csv", "--results-dir", str(env["results"]),
                  "--entries", str(env["entries"]), "--suite", str(env["suite"])]) == 0
@@ -107,7 +114,8 @@ def test_a_local_suite_grid_is_a_declared_entry(capsys, env):
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.lstrip().startswith("note:")]
     # The smoke suite declares identity, and pixelate block=4 and 8, on seeds 0, 1 and 2 (issue 43: three seeds,
     # the protocol's minimum): identity's three cells are all here, so it is ranked; pixelate lacks block=4.
-    assert [line.split()[:2] for line in lines[2:]] == [["1", "smoke/identity"], ["–", "smoke/pixelate"]]
+    assert [line.split()[:2] for line in lines[2:4]] == [["1", "smoke/identity"], ["–", "smoke/pixelate"]]
+    assert lines[4:] == ["", RANK_LINE]
     assert lines[2].rstrip().endswith("ranked") and lines[3].rstrip().endswith("needs ≥ 3 seeds (0 complete)")
 
 

@@ -144,7 +144,7 @@ def test_the_faces_board_separates_what_its_seeds_show(shipped):
 
 def test_a_board_that_separates_nothing_says_so_instead_of_a_column_of_ties(shipped):
     board = shipped["dp_vit_synth_objects"]
-    assert not board.separates and board.levels == 1
+    assert board.cannot_rank and not board.separates and board.levels == 1
     assert all(rank_label(s, board) == UNSEPARATED for s in board.ranked)
     text = board_power_text(board)
     assert text.startswith("This board separates none of its 10 ranked entries") and "detectable" in text

@@ -174,4 +174,5 @@ def test_verify_and_strays(tmp_path):
     _flip(path / OBJECT_FILE, 700)
     report = {(e.kind, e.key): problem for e, problem in cache.verify()}
     assert report[("releases", "r1")] is None and "checksum" in report[("models", "k1")]
-    assert cache.strays() == [tmp_path / "releases" / "legacy.pt"]
+    found = cache_module.survey(tmp_path)  # a file the cache did not write is foreign: listed, never removed
+    assert found.foreign == [tmp_path / "releases" / "legacy.pt"] and not found.stale

@@ -438,6 +438,8 @@ def test_a_board_names_the_hardware_of_its_cells_and_says_when_it_mixes_kinds(tm
     for i, r in enumerate(mixed_rows):
         r.update((intel, amd, gpu)[i % 3])
     assert cells_frame(pd.DataFrame([{**mixed_rows[0], "versions": {}}]))["hardware"][0] == "cpu (model not recorded)"
+    isa = {"device": "cpu", "versions": {"cpu": "AMD EPYC", "cpu_threads": "2", "cpu_capability": "AVX2"}}
+    assert cells_frame(pd.DataFrame([{**mixed_rows[0], **isa}]))["hardware"][0] == "AMD EPYC (AVX2), 2 threads"
 
     alone = board_of((same_rows, same))
     assert set(leaderboard_table(alone)["hardware"]) == {"Intel Xeon, 2 threads"}

@@ -53,7 +53,7 @@ def test_a_shipped_entry_verifies_and_is_not_stale(path: Path):
     staleness = check_staleness(entry)
     assert not staleness.unchecked, f"{path.name}: {staleness.unchecked[0]}"
     assert not staleness.is_stale, (f"{path.name} is stale: {staleness.summary()}; recompute it with "
-                                    f"'bench submit --refresh --name {entry['name']}'")
+                                    f"'bench submit --refresh --entries leaderboard/entries --name {entry['name']}' in the checkout")
     assert len(entry["declaration"]["seeds"]) >= MIN_SEEDS
     assert {c["cell_key"] for c in entry["cells"]} == {c["cell_key"] for c in entry["declaration"]["cells"]}
     assert all(c["synthetic"] for c in entry["cells"]), "a shipped baseline is computed on the embedded data"
