@@ -36,7 +36,12 @@ case "${1:-}" in
       m=${names[i]}; results=$3; [ "$groups" -gt 0 ] && results="$3/g$((i % groups))"
       "$python" -m bench submit --suite "$2" --mechanism "$m" --name "$m${4:-}" --results-dir "$results" \
         --entries leaderboard/entries --description "PrivBench baseline: $m on the $2 suite"
-    done ;;
+    done
+    # Pin the baselines just written, beside the earlier pins (leaderboard/reproduced.py): an edited one is not one.
+    "$python" -c 'import json, sys; from pathlib import Path; from leaderboard.reproduced import pinned_baselines, write_pins
+folder, names = Path("leaderboard/entries"), set(sys.argv[1:])
+new = [p.name for p in folder.glob("*.json") if json.loads(p.read_text())["name"].split(" + ")[0] in names]
+write_pins(folder, sorted(set(pinned_baselines(folder)) | set(new)))' "${names[@]/%/${4:-}}" ;;
   device)
     if [ -d .whl ] && [ "${DEVICE:-cuda}" != cpu ]; then  # DEVICE=cpu: a dry run of this path on any machine
       "$python" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl

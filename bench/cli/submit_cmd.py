@@ -95,6 +95,10 @@ def submit(args: argparse.Namespace) -> int:
         from bench.cli.submit_refresh import refresh
 
         return refresh(args)
+    from bench.cli.submit_gate import isolate_files, submission_gate  # issue 62: the gate at the task's size
+
+    isolation = isolate_files(args, lambda n: adjust_suite(submission_suite(args.suite or "standard", n,
+                                                                            split_names(args.task)), args))
     load_plugins(args)
     names = split_names(args.mechanism)
     if not names or len(names) != 1:
@@ -114,6 +118,7 @@ def submit(args: argparse.Namespace) -> int:
     check_protocol(suite, cells)
     entries = entry_cells(args.name or name, cells)
     audit = submission_audit(name, cells)
+    gate = submission_gate(name, cells, suite, where)
     print(f"[bench] submit {name}: conformance passed ({len(checks)} checks); {len(cells)} cells of suite "
           f"{suite.name!r}" + (f", {len(entries)} entries (one per training method)" if len(entries) > 1 else ""),
           file=sys.stderr, flush=True)
@@ -127,6 +132,7 @@ def submit(args: argparse.Namespace) -> int:
     for entry_name, own in entries.items():
         mine = [outcomes[c.key] for c in own]
         entry = build_entry(args, EntryParts(name, mechanism_cls, suite, own, checks, audit), mine, where, entry_name)
+        entry.update(gate=gate, isolation=isolation or {"kind": "none", "reason": "no --mechanism-file"})
         sheet = attach_sheet(entry, folder, [o.run_id for o in mine], tracker)
         path = write_entry(entry, folder)
         print(f"entry written: {path} ({len(entry['cells'])} cells)" + (f"; sample sheet: {sheet}" if sheet else ""))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
+import contextvars
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -19,6 +21,9 @@ from bench.randomness.streams import Streams
 
 CASE_SHAPES: tuple[tuple[int, int, int, int], ...] = ((4, 3, 32, 24), (4, 1, 19, 13))
 """Batches every check runs on: colour, and grey with sizes no block divides."""
+
+_shapes: contextvars.ContextVar[tuple[tuple[int, int, int, int], ...] | None] = contextvars.ContextVar(
+    "conformance_shapes", default=None)
 
 SEED = 20240601
 _cache_dir: Path | None = None
@@ -69,10 +74,23 @@ def public_set(c: int, h: int, w: int, n: int = 16) -> ImageSet:
     return ImageSet(images=images, labels=torch.zeros(n, dtype=torch.int64), boxes=synthetic_boxes(n, h, w))
 
 
+@contextlib.contextmanager
+def case_shapes(shapes: Sequence[tuple[int, int, int, int]]):
+    """Within the block the checks run on batches of ``shapes`` (N, C, H, W) instead of :data:`CASE_SHAPES`."""
+    token = _shapes.set(tuple(tuple(int(d) for d in s) for s in shapes))  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        _shapes.reset(token)
+
+
 def make_cases(cls: type[Mechanism], device: torch.device) -> list[Case]:
-    """Returns one :class:`Case` per shape of :data:`CASE_SHAPES`, on ``device`` (boxes only where ``cls`` uses them)."""
+    """Returns one :class:`Case` per shape of :data:`CASE_SHAPES` (or :func:`case_shapes`), on ``device``.
+
+    Boxes only where ``cls`` uses them.
+    """
     cases = []
-    for k, (n, c, h, w) in enumerate(CASE_SHAPES):
+    for k, (n, c, h, w) in enumerate(_shapes.get() or CASE_SHAPES):
         images = _random_images((n, c, h, w), seed=k).to(device)
         boxes = synthetic_boxes(n, h, w) if cls.uses_boxes else None
         streams = Streams.for_images(SEED, f"conformance/{k}", n, device=device)
