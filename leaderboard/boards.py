@@ -21,7 +21,15 @@ from leaderboard.cells import REFUTED, TUNING_NOT_IN_EPSILON, average_reruns, ce
 from leaderboard.declare import Declaration, DeclaredCell
 from leaderboard.pareto import hypervolume_2d
 from leaderboard.protocol import MIN_SEEDS, TEST_SPLIT, BoardKey
-from leaderboard.stats import Comparison, DetectionPower, Estimate, compare, competition_ranks, detection_power, mean_estimate
+from leaderboard.stats import (
+    Comparison,
+    DetectionPower,
+    Estimate,
+    compare,
+    competition_ranks,
+    detection_power,
+    mean_estimate,
+)
 from leaderboard.verification import VERIFIED, audit_text
 
 __all__ = ["Board", "Leaderboard", "Standing", "build_leaderboard", "RANKED", "TUNING", "UNBACKED",

@@ -28,7 +28,7 @@ from bench.core.result import Result
 from leaderboard.boards import Board, build_leaderboard
 from leaderboard.declare import declaration_from_entry
 from leaderboard.pareto import hypervolume_2d_batch
-from leaderboard.stats import compare, paired_comparison
+from leaderboard.stats import compare, paired_comparison, paired_differences
 
 __all__ = ["ab_power", "boards_of_entries", "entry_points", "false_separation_rate", "pooled_residuals",
            "twin_hypervolumes"]
@@ -126,15 +126,7 @@ def pooled_residuals(values: Mapping[str, Mapping[int, float]]) -> np.ndarray:
     Args:
         values: Entry -> (seed -> hypervolume).
     """
-    names = sorted(values)
-    out: list[float] = []
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            common = sorted(set(values[a]) & set(values[b]))
-            if len(common) < 2:
-                continue
-            d = np.array([values[a][s] - values[b][s] for s in common])
-            out += list((d - d.mean()) * math.sqrt(len(d) / (len(d) - 1)))
+    out = [r for d in paired_differences(values) for r in (d - d.mean()) * math.sqrt(len(d) / (len(d) - 1))]
     return np.asarray(out)
 
 

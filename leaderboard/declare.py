@@ -87,7 +87,10 @@ class Declaration:
         return sorted({c.configuration for c in self.cells.values() if c.benchmark == benchmark})
 
     def problem(self) -> str | None:
-        """Returns why the declaration cannot be ranked whatever its results (unverified, stale, self-reported), or None."""
+        """Returns why the declaration cannot be ranked whatever its results, or None.
+
+        Unverified, then stale, then self-reported (an entry file neither reproduced nor pinned).
+        """
         if self.unverified:
             return f"unverified: {self.unverified}"
         if self.stale:

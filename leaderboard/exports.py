@@ -16,14 +16,14 @@ import pandas as pd
 from leaderboard.boards import Leaderboard
 from leaderboard.protocol import K_MAX, MIN_SEEDS, precision_suffix
 from leaderboard.table import (
+    RANK_LINE,
+    board_power_text,
     claim_audit_label,
     exploration_table,
     hardware_note,
     leaderboard_table,
     places_text,
     privacy_text,
-    RANK_LINE,
-    board_power_text,
     rank_label,
     tied_text,
 )

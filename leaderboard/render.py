@@ -30,13 +30,13 @@ from leaderboard.groups_view import mechanism_groups
 from leaderboard.plot import frontier_plot
 from leaderboard.protocol import precision_suffix, settings_label
 from leaderboard.table import (
+    RANK_LINE,
+    board_power_text,
     exploration_table,
     hardware_note,
     leaderboard_table,
     places_text,
     privacy_text,
-    RANK_LINE,
-    board_power_text,
     rank_label,
     tied_text,
     worst_group,

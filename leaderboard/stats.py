@@ -43,6 +43,7 @@ __all__ = [
     "mean_interval",
     "minimum_detectable_difference",
     "paired_comparison",
+    "paired_differences",
     "pooled_difference_sd",
     "power_of_paired_test",
     "unpaired_comparison",
@@ -314,6 +315,22 @@ def competition_ranks(means: Sequence[float], separated: Callable[[int, int], bo
     return [1 + max(above[k] for k, other in enumerate(means) if other >= mean) for mean in means]
 
 
+def paired_differences(values: Mapping[str, Mapping[int, float]]) -> list[np.ndarray]:
+    """Returns, for every pair of entries with at least two common seeds, its per-seed differences.
+
+    Args:
+        values: Entry -> (seed -> value).
+    """
+    names = sorted(values)
+    out = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            common = sorted(set(values[a]) & set(values[b]))
+            if len(common) >= 2:
+                out.append(np.array([values[a][s] - values[b][s] for s in common]))
+    return out
+
+
 def pooled_difference_sd(values: Mapping[str, Mapping[int, float]]) -> tuple[float, int, int]:
     """Returns the pooled standard deviation of per-seed differences over every pair of entries.
 
@@ -327,21 +344,12 @@ def pooled_difference_sd(values: Mapping[str, Mapping[int, float]]) -> tuple[flo
         ``(sd, pairs, seeds)``: the pooled sd (NaN without a pair), the number of pairs
         pooled, and the median number of common seeds over those pairs (0 without one).
     """
-    names = sorted(values)
-    squares, dof, pairs, counts = 0.0, 0, 0, []
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            common = sorted(set(values[a]) & set(values[b]))
-            if len(common) < 2:
-                continue
-            d = np.array([values[a][s] - values[b][s] for s in common])
-            squares += float(((d - d.mean()) ** 2).sum())
-            dof += len(common) - 1
-            pairs += 1
-            counts.append(len(common))
+    pairs = paired_differences(values)
+    dof = sum(len(d) - 1 for d in pairs)
     if not dof:
         return math.nan, 0, 0
-    return math.sqrt(squares / dof), pairs, int(np.median(counts))
+    squares = sum(float(((d - d.mean()) ** 2).sum()) for d in pairs)
+    return math.sqrt(squares / dof), len(pairs), int(np.median([len(d) for d in pairs]))
 
 
 def power_of_paired_test(difference: float, sd: float, seeds: int, *, level: float = LEVEL) -> float:
