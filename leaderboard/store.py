@@ -259,6 +259,7 @@ def read_entries(folder: str | Path = ENTRIES_DIR, skipped: Skipped | None = Non
     import dataclasses
 
     from leaderboard.declare import declaration_from_entry
+    from leaderboard.entry_code import load_entry_code
     from leaderboard.reproduced import reproduction_of
     from leaderboard.staleness import check_staleness
     from leaderboard.verification import check_entry
@@ -276,14 +277,17 @@ def read_entries(folder: str | Path = ENTRIES_DIR, skipped: Skipped | None = Non
             if skipped is not None:
                 skipped.shadowed[name] = path.name
             continue
+        code_problem = load_entry_code(entry)  # a one-file mechanism the entry carries
         check = check_entry(entry)
+        problems = [code_problem] if code_problem and not check.verified else []
         staleness = check_staleness(entry, data_root, current)
         if skipped is not None and staleness.is_stale:
             skipped.stale[name] = staleness.summary()
         if skipped is not None and staleness.unchecked:
             skipped.unchecked[name] = staleness.unchecked[0]
         reproduction = reproduction_of(path)
-        declarations.append(dataclasses.replace(declaration_from_entry(entry), unverified="; ".join(check.problems),
+        declarations.append(dataclasses.replace(declaration_from_entry(entry),
+                                                unverified="; ".join(problems + list(check.problems)),
                                                 stale=staleness.summary(), reproduction=reproduction.text,
                                                 self_reported="" if reproduction.reproduced else reproduction.text))
         default = (entry.get("suite") or {}).get("overrides") or {}

@@ -311,8 +311,11 @@ def verify_cmd(args: argparse.Namespace) -> int:
     from leaderboard.store import load_entry
     from leaderboard.verification import check_entry
 
+    from leaderboard.entry_code import load_entry_code
+
     path = find_entry(args, args.entry)
     entry = load_entry(path)
+    load_entry_code(entry)  # a one-file mechanism it carries; else check_entry says it is not registered
     count = len(entry["cells"]) if args.sample == "all" else _count("--sample", args.sample, 1)
     seed = _count("--seed", args.seed, 0)
     if args.device is not None:

@@ -86,10 +86,11 @@ def entry_name_arg(text: str) -> str:
 def submit(args: argparse.Namespace) -> int:
     """Checks, runs and writes the entry; prints where and the entry's leaderboard rows."""
     from bench.cli.leaderboard_cmd import entry_folders
+    from bench.cli.submit_plan import planned_cells_text
     from bench.core.registry import mechanisms
     from bench.scale.grid import expand
     from bench.storage.tracking import Tracker
-    from leaderboard.locations import PROJECT_ENTRIES
+    from leaderboard.locations import PROJECT_ENTRIES, SHIPPED_DIR
 
     if args.refresh:
         from bench.cli.submit_refresh import refresh
@@ -116,6 +117,8 @@ def submit(args: argparse.Namespace) -> int:
     checks = conformance(name)  # the whole suite, before planning cells runs its cheap part for plugins
     cells = expand(suite, where)
     check_protocol(suite, cells)
+    for line in planned_cells_text(name, suite, cells, SHIPPED_DIR):
+        print(line, file=sys.stderr, flush=True)
     entries = entry_cells(args.name or name, cells)
     audit = submission_audit(name, cells)
     gate = submission_gate(name, cells, suite, where)
@@ -279,8 +282,25 @@ def build_entry(args, parts: EntryParts, outcomes: list, where, name: str) -> di
         "versions": versions(),
         "dataset_fingerprints": fingerprints,
         "tracking_uri": portable_uri(where.tracking_uri),  # relative to the submitter's folder, or a label
+        **mechanism_source(parts.mechanism_cls),
         "cells": sorted(cells, key=lambda c: (c["task"], c["seed"], json.dumps(c["params"], sort_keys=True, default=str))),
     }
+
+
+def mechanism_source(mechanism_cls: Any) -> dict[str, Any]:
+    """Returns ``{"mechanism_source": ...}`` for a mechanism a ``--mechanism-file`` declared, else {}.
+
+    The entry then carries the file (its text and SHA-256), so that the board, ``show`` and
+    ``verify`` load it without a package or entry point (:mod:`leaderboard.entry_code`).
+    """
+    from bench.core.registry import is_file_module
+    from leaderboard.entry_code import SOURCE_FIELD, source_record
+
+    module = sys.modules.get(getattr(mechanism_cls, "__module__", ""))
+    path = getattr(module, "__file__", None)
+    if module is None or not path or not is_file_module(module.__name__):
+        return {}
+    return {SOURCE_FIELD: source_record(path)}
 
 
 def check_entry_target(folder: Path, name: str, flag: str = "--entries") -> None:

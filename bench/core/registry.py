@@ -201,6 +201,11 @@ _registered_by: dict[str, list[str]] = {}
 """Module name of a loaded file -> the mechanisms it registered."""
 
 
+def is_file_module(module_name: str) -> bool:
+    """Whether a module was imported from a single file by :func:`load_file` (a ``--mechanism-file``)."""
+    return module_name in _registered_by
+
+
 mechanisms: Registry = Registry("mechanism", ("mechanisms",), "bench.mechanisms")
 tasks: Registry = Registry("task", ("tasks",), "bench.tasks")
 benchmarks: Registry = Registry("benchmark", ("tasks",), "bench.core.benchmarks")
