@@ -136,3 +136,19 @@ def test_a_board_of_local_runs_needs_no_record():
             for level in range(5)]
     board = build_leaderboard(pd.DataFrame(rows), [declare("local_entry")]).boards[0]
     assert board.standing("local_entry").ranked and board.standing("local_entry").reproduction == ""
+
+
+def test_derived_privacy_errors_are_not_compared_but_what_they_derive_from_is():
+    honest = json.loads((SHIPPED / "identity-689f6a62.json").read_text(encoding="utf-8"))
+    stated = honest["cells"][0]
+    attack = next(iter(stated["attacks"]))
+    recomputed = copy.deepcopy(stated)
+    recomputed["attacks"][attack]["privacy_se"] = 0.5  # another formula for the same measurement (issue 55)
+    recomputed["privacy_score_se"] = 0.5
+    check = CellCheck(stated["cell_key"], "identity")
+    compare(stated, recomputed, check, seed_spread(honest["cells"], stated))
+    assert check.status == "match", check.differences
+    clean = next(k for k in stated["attacks"][attack] if k.endswith("_clean"))
+    recomputed["attacks"][attack][clean] += 0.2
+    compare(stated, recomputed, again := CellCheck(stated["cell_key"], "identity"), seed_spread(honest["cells"], stated))
+    assert again.status == "mismatch" and clean in " ".join(again.differences)
