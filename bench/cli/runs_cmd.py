@@ -18,7 +18,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("runs", help="list logged runs (newest first), with filters",
                               description="Lists the runs of RESULTS_DIR's store, newest first: id (a prefix 'bench "
                                           "show' takes), status, start, name, utility and privacy score. Superseded "
-                                          "runs show as SUPERSEDED.")
+                                          "runs show as SUPERSEDED; a finished run whose result.json does not match the "
+                                          "digest logged with it as UNVERIFIED, without numbers, and why on stderr. The "
+                                          "numbers are the verified result's, as 'bench show' prints them.")
     p.add_argument("--benchmark", "--task", dest="benchmark", type=text_arg, default=None, help="only this benchmark")
     p.add_argument("--mechanism", type=text_arg, default=None, help="only this mechanism")
     p.add_argument("--status", type=str.lower, choices=STATUSES, default=None, help="only runs with this status")
@@ -45,6 +47,7 @@ def runs(args: argparse.Namespace) -> int:
     tracker = Tracker(args.results_dir, args.tracking_uri, create=False)
     rows = [run_row(r) for r in search(tracker, filter_string(args.benchmark, args.mechanism, args.status, since))]
     shown = rows if args.limit == 0 else rows[:args.limit]
+    unverified = [f"{row['run_id']}: {why}" for row in shown if (why := verified_numbers(tracker, row))]
     if args.json:
         for row in shown:
             print(json.dumps(row, sort_keys=True))
@@ -54,7 +57,37 @@ def runs(args: argparse.Namespace) -> int:
         print("no runs match" + ("" if args.json else f" in {tracker.uri}"), file=sys.stderr)
     elif len(rows) > len(shown):
         print(f"... {len(rows) - len(shown)} more (--limit 0 lists all)", file=sys.stderr)
+    for line in unverified:
+        print(f"[bench] UNVERIFIED {line}", file=sys.stderr)
     return 0
+
+
+def verified_numbers(tracker, row: dict) -> str:
+    """Puts a FINISHED run's numbers from its verified result.json into ``row``, as ``bench show`` reads them.
+
+    The tracking database's metrics are a copy that can be edited; the result.json checked
+    against the digest logged with it is what ``show``, the board and ``report`` read, so
+    ``runs`` shows the same numbers, or none.
+
+    Returns:
+        "" when verified (or not a finished run), else why not (the row's status becomes ``UNVERIFIED``).
+    """
+    from bench.errors import BenchError
+    from bench.storage.tracking.verify import UnverifiedResult
+
+    if row["status"] not in ("FINISHED", "SUPERSEDED"):
+        return ""
+    try:
+        result = tracker.load_result(row["run_id"])
+    except UnverifiedResult as exc:
+        row.update(status="UNVERIFIED", utility=None, privacy_score=None)
+        return exc.reason
+    except BenchError as exc:
+        row.update(status="UNVERIFIED", utility=None, privacy_score=None)
+        return str(exc)
+    row.update(utility=result.utility.get(result.primary_metric), privacy_score=result.privacy_score,
+               runtime_s=result.runtime_s)
+    return ""
 
 
 def format_rows(rows: list[dict]) -> str:

@@ -228,3 +228,27 @@ def test_bad_store_timeout_is_one_line(capsys, store, monkeypatch):
     assert "$BENCH_STORE_TIMEOUT must be a number of seconds" in err and len(err.strip().splitlines()) == 1
     with pytest.raises(BenchError):
         Tracker(store["results"], create=False)
+
+
+def test_runs_shows_the_verified_result_not_the_database_copy(capsys, store, tmp_path):
+    """Issue 57: metrics edited in the database showed in 'bench runs' (0.990) while 'show' said 0.4909."""
+    import sqlite3
+
+    copy = tmp_path / "copy"
+    shutil.copytree(store["results"], copy)
+    relocate(copy)
+    with sqlite3.connect(copy / "mlflow.db") as db:
+        db.execute("UPDATE metrics SET value = 0.99 WHERE key = 'utility.acc'")
+        db.execute("UPDATE latest_metrics SET value = 0.99 WHERE key = 'utility.acc'")
+    assert main(["runs", "--results-dir", str(copy)]) == 0
+    out, err = capsys.readouterr()
+    rows = out.splitlines()[1:]
+    assert len(rows) == 2 and all(row.split()[4] == "0.500" for row in rows), out  # result.json's, as show says
+    assert "0.990" not in out and not err
+    # A run whose result.json no longer matches its digest is UNVERIFIED, without numbers, and says why.
+    (result,) = [p for p in (copy / "artifacts").rglob("result.json")][:1]
+    result.write_text(result.read_text().replace('"acc": 0.5', '"acc": 0.9'))
+    assert main(["runs", "--results-dir", str(copy)]) == 0
+    out, err = capsys.readouterr()
+    assert sum("UNVERIFIED" in row for row in out.splitlines()[1:]) == 1 and "0.900" not in out
+    assert err.startswith("[bench] UNVERIFIED ") and "does not match the digest logged with it" in err
