@@ -133,6 +133,11 @@ def _command(root: Path, homes: list[str], spec: Path) -> list[str]:
     tmp, mech = root / "tmp", "/tmp/mech"
     cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent",
            "--new-session", "--bind", str(tmp), "/tmp"]
+    for kept in _kept_inside("/tmp"):  # the interpreter, its venv or PrivBench itself under /tmp (a clone there)
+        cmd += ["--ro-bind", kept, kept]
+    for home in homes:  # a home inside /tmp (inside such a clone, say): its watched copy on top again
+        if home.startswith("/tmp/"):
+            cmd += ["--bind", str(tmp / Path(home).relative_to("/tmp")), home]
     for home in homes:
         if home.startswith("/tmp/") or home == "/tmp":
             continue  # already replaced by the sandbox's own /tmp
@@ -178,6 +183,8 @@ def sandbox_probe(files: Sequence[Path], mechanism: str, targets: Sequence[tuple
         root = Path(work)
         mech, home = root / "tmp" / "mech", root / "home"
         mech.mkdir(parents=True)
+        for kept in _kept_inside("/tmp"):  # their mount points in the sandbox's /tmp
+            (root / "tmp" / os.path.relpath(kept, "/tmp")).mkdir(parents=True, exist_ok=True)
         homes = _homes()
         _plant(home, homes)
         for h in homes:  # a home inside /tmp lives inside the sandbox's /tmp
@@ -197,7 +204,8 @@ def sandbox_probe(files: Sequence[Path], mechanism: str, targets: Sequence[tuple
                                     "params": [dict(p) for p in params]}, default=str), encoding="utf-8")
         watches = [_Watch(home)] + [_Watch(root / "tmp" / Path(h).relative_to("/tmp"))
                                     for h in homes if h.startswith("/tmp/")]
-        done = subprocess.run(_command(root, homes, Path("/tmp/mech/spec.json")), capture_output=True, text=True, timeout=SANDBOX_TIMEOUT_S, check=False)
+        done = subprocess.run(_command(root, homes, Path("/tmp/mech/spec.json")), capture_output=True, text=True,
+                              timeout=SANDBOX_TIMEOUT_S, check=False)
         touched = [e for w in watches for e in w.events()]
         left = _leftovers(root / "tmp", homes)
     if touched:
