@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from bench.cli.common import add_location_args, cannot_listen, check_locations, check_port
 
@@ -122,20 +122,8 @@ def stopped_by_signals() -> Iterator[None]:
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = {}
-    for name in STOP_SIGNALS:
-        number = getattr(signal, name, None)
-        if number is None:
-            continue
-        try:
-            previous[number] = signal.signal(number, interrupt)
-        except ValueError:  # not the main thread
-            break
-    try:
+    with _stop_signals_handled_by(interrupt):
         yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def wait_until_serving(port: int, server: subprocess.Popen, timeout: float = READY_TIMEOUT_S,
@@ -226,16 +214,24 @@ def _group_alive(group: int) -> bool:
 
 @contextlib.contextmanager
 def _ignoring_stop_signals() -> Iterator[None]:
+    with _stop_signals_handled_by(signal.SIG_IGN):
+        yield
+
+
+@contextlib.contextmanager
+def _stop_signals_handled_by(handler: Any) -> Iterator[None]:
+    """Sets ``handler`` for SIGINT, SIGTERM and SIGHUP inside the block, then restores theirs (main thread only)."""
     previous = {}
     for name in STOP_SIGNALS:
         number = getattr(signal, name, None)
-        if number is not None:
-            try:
-                previous[number] = signal.signal(number, signal.SIG_IGN)
-            except ValueError:  # not the main thread
-                break
+        if number is None:
+            continue
+        try:
+            previous[number] = signal.signal(number, handler)
+        except ValueError:  # not the main thread
+            break
     try:
         yield
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+        for number, before in previous.items():
+            signal.signal(number, before)

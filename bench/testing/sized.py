@@ -28,26 +28,12 @@ from bench.privacy.audit_maths import max_demonstrable_epsilon
 from bench.release.dataset import BATCH, stays_on_device
 from bench.system.kernels import DEVICE_BATCH_VALUES
 from bench.testing._mechanism_cases import ConformanceError, case_shapes
-from bench.testing.mechanisms import (
-    check_batch_independence,
-    check_determinism,
-    check_initialised_output,
-    check_input_untouched,
-    check_output_uint8,
-    check_shape_device,
-)
+from bench.testing.mechanisms import PREFLIGHT
 
 __all__ = ["MAX_SIZED_BATCH", "SIZED_AUDIT_MAX_TRIALS", "SIZED_CHECKS", "SizedTarget", "release_batch",
            "sized_audit", "sized_conformance", "within_reach"]
 
-SIZED_CHECKS = {
-    "output_uint8": check_output_uint8,
-    "shape_device": check_shape_device,
-    "input_untouched": check_input_untouched,
-    "determinism": check_determinism,
-    "initialised_output": check_initialised_output,
-    "batch_independence": check_batch_independence,
-}
+SIZED_CHECKS = {name: check for name, check in PREFLIGHT.items() if name != "claim_wellformed"}
 """The checks run at a benchmark's size: what a mechanism does to a batch (not what it refuses, nor its claim)."""
 
 SIZED_AUDIT_MAX_TRIALS = 2_000
