@@ -38,6 +38,12 @@ def check_attributes(task: Task, attacks: dict[str, Any], shape: Any) -> None:
         BenchError: An adversary infers an attribute the data does not label; the message
             names the ``--attacks`` that leaves the attribute adversaries out.
     """
+    inferring = attacks.get("attribute_inference")
+    declared = getattr(type(task), "benchmark", None)
+    if inferring is not None and not (getattr(getattr(inferring, "config", None), "attributes", None)
+                                      or getattr(declared, "attributes", None)):
+        raise BenchError(f"attack 'attribute_inference' has no attribute to infer on {task.dataset}: neither its "
+                         "benchmark nor --set attribute_inference.attributes=NAME names one")
     if not shape:
         return
     labelled = [set(s.attributes) for s in shape.values() if getattr(s, "attributes", None) is not None]

@@ -90,3 +90,18 @@ def test_a_missing_folder_is_one_line_and_exit_2_before_any_work(tmp_path):
                            "--set", f"task.data.root={tmp_path / 'nope'}", "--results-dir", str(tmp_path / "r"))
     assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("result.json"))
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ((), "has no attribute to infer on labelled_folder"),
+    (("--set", "attribute_inference.attributes=gender"), "which the labelled_folder data does not label"),
+])
+def test_an_attribute_adversary_on_a_folder_without_attributes_is_refused_before_any_work(tiny, tmp_path, extra,
+                                                                                         fragment):
+    """Issue 57: it failed after the task had trained (30 minutes on a real folder); now the plan refuses it."""
+    _, root = tiny
+    code, out, err = bench("run", "--task", "classify_folder_obf_obf", "--mechanism", "pixelate", "--profile", "smoke",
+                           "--set", f"task.data.root={root}", *DATA, "--attacks", "attribute_inference", *extra,
+                           "--results-dir", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "c"))
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "r").exists() and not (tmp_path / "c").exists()

@@ -232,7 +232,9 @@ class Folder(Dataset):
         """Lists the tree and reads the annotations (no image is opened); returns the splits' shapes."""
         index = self._index(root, options)
         sel = index.selection()
-        return {s: SplitShape.of_labels([lab for lab, sp in zip(sel.labels, sel.split_of) if sp == s]) for s in SPLITS}
+        labelled = tuple(index.attributes[0]) if index.attributes is not None else ()  # attributes.csv's columns
+        return {s: SplitShape.of_labels([lab for lab, sp in zip(sel.labels, sel.split_of) if sp == s], labelled)
+                for s in SPLITS}
 
     def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
         """Decodes the selected images into the cache once (or reads them from it).

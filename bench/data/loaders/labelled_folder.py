@@ -146,12 +146,16 @@ def _listing(base: Path, own_splits: bool) -> tuple[list[str], list[str], list[s
 
 
 def labelled_shape(sel: imageread.Selection) -> DataShape:
-    """Returns each split's shape: images per class, and images with a face box (0 for every split without boxes)."""
+    """Returns each split's shape: images per class, and images with a face box (0 for every split without boxes).
+
+    A labelled folder labels classes, no attribute (``attributes=()``): an adversary that infers
+    one is refused when the cell is planned, not after its task has trained.
+    """
     shape = {}
     for s in SPLITS:
         members = [i for i, sp in enumerate(sel.split_of) if sp == s]
         faces = 0 if sel.boxes is None else sum(1 for i in members if len(sel.boxes[i]))
-        shape[s] = SplitShape.of_labels([sel.labels[i] for i in members], faces=faces)
+        shape[s] = SplitShape.of_labels([sel.labels[i] for i in members], attributes=(), faces=faces)
     return shape
 
 
