@@ -15,7 +15,6 @@ Every error is one line on stderr and exit status 2, before any work.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import signal
 import socket
@@ -28,18 +27,9 @@ import pytest
 import torch
 
 from bench.cli import main, ui_cmd
+from tests.integration.test_bad_inputs import run_cli
 
 FS = "fewshot_synth_faces"
-
-
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse's own usage errors
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def one_line_error(code: int, out: str, err: str, *phrases: str) -> None:
