@@ -2,14 +2,16 @@
 
 Two kinds of canaries (``canary_kind``):
 
-- ``gradient`` (the default; white-box, their §6): canaries are gradients the auditor
-  chooses, added to the training of the cell's method exactly as records are (sampled,
-  clipped-size, noised) and scored from every step's noisy gradient, with the other
-  records' contribution subtracted (:mod:`bench.privacy.dpsgd.canaries`). Beside the bound,
-  ``audit.epsilon_exact`` is the bound the same audit gives on an exact simulation of the
-  plan (σ, q, steps; the median of 20 simulations, with their 5-95% range): a bound far
-  above it means the training adds less noise than its plan says; a bound above the claim
-  refutes the claim.
+- ``gradient`` (the default; white-box, their §6): canaries are records of the training's
+  own loader whose per-sample gradient rows the auditor chooses, in every parameter tensor;
+  they go through the training's clipping and noise and are scored from every step's noisy
+  gradient, with the other records' contribution subtracted
+  (:mod:`bench.privacy.dpsgd.canaries`). Beside the bound, ``audit.epsilon_exact`` is the
+  bound the same audit gives on an exact simulation of the plan (σ, q, steps, the same
+  canary layout; the median of 20 simulations, with their 5-95% range), and
+  ``audit.observed.*`` the mechanism the canaries measured (sampling rate, clipping, noise
+  by tensor) with the ε it supports (:mod:`bench.privacy.dpsgd.observed`). A one-run bound
+  or a measured ε whose lower confidence bound is above the claim refutes the claim.
 - ``input`` (black-box): ``canaries`` images of the population split, each given a wrong label (a seeded random
 other class, so that a model that trains on one must memorise it), are each included in
 the training set by a seeded fair coin; one model is trained by the cell's method (last
@@ -33,7 +35,7 @@ import torch
 
 from bench.core.interfaces import Release, RunContext
 from bench.data.base import ImageSet, Splits
-from bench.privacy.dpsgd.canaries import simulated_scores
+from bench.privacy.dpsgd.canary_scores import PER_SAMPLE_TOLERANCE, simulated_scores
 from bench.privacy.mia.one_run import one_run_audit
 from bench.randomness.seeding import derive_seed, make_generator
 from bench.storage.cache import warn
@@ -85,7 +87,7 @@ def gradient_audit_metrics(task: Any, clean: Splits, released: Release, claim: A
         ctx.log(f"membership: one-run audit with {int(coins.sum())} of {count} gradient canaries included "
                 f"({'the cell' if private else 'non-private'})")
         try:
-            run = task.canary_audit_run(train, key, private, coins, classes, ctx)
+            run = task.canary_audit_run(train, key, private, coins, classes, ctx, delta=delta)
         except ValueError as exc:  # no parameter tensor large enough for the canaries
             warn(f"attack 'membership': no gradient-canary audit ({exc}); lower membership.canaries")
             return out
@@ -94,18 +96,39 @@ def gradient_audit_metrics(task: Any, clean: Splits, released: Release, claim: A
         out[f"audit.canary_norm{suffix}"] = float(run["norm"])
         out[f"audit.steps{suffix}"] = float(run["steps"])
         if private and run["noise_std"] > 0:
-            exact = [one_run_audit(simulated_scores(coins, run["norm"] / run["noise_std"], run["sample_rate"],
+            exact = [one_run_audit(simulated_scores(run["geometry"], coins, run["noise_std"], run["sample_rate"],
                                                     run["steps"], derive_seed(ctx.seed, "membership", "exact plan", i)),
                                    coins, delta, beta=beta)["epsilon_lower_bound"] for i in range(EXACT_SIMULATIONS)]
             out["audit.epsilon_exact"] = float(np.median(exact))
             out["audit.epsilon_exact_p05"], out["audit.epsilon_exact_p95"] = (float(v) for v in
                                                                               np.quantile(exact, [0.05, 0.95]))
+            out.update({f"audit.{k}": float(v) for k, v in run.get("observed", {}).items()})
             out["audit.claim_epsilon"] = float(claim.epsilon)
-            out["audit.refutes_claim"] = float(got["epsilon_lower_bound"] > claim.epsilon)
-            if got["epsilon_lower_bound"] > claim.epsilon:
-                warn(f"attack 'membership': the one-run audit's epsilon lower bound {got['epsilon_lower_bound']:.3g} "
-                     f"exceeds the claimed epsilon {claim.epsilon:g}: the training does not meet its claim")
+            out.update(_refutation(got["epsilon_lower_bound"], out.get("audit.observed.epsilon_low", 0.0),
+                                   out.get("audit.observed.per_sample_error", 0.0), float(claim.epsilon)))
     return out
+
+
+def _refutation(bound: float, observed_low: float, row_error: float, claim: float) -> dict[str, float]:
+    """``audit.refutes_claim`` (and a warning): the one-run bound or the measured ε above the claim, or wrong rows.
+
+    Wrong rows: the per-sample machinery's gradient of a training record differs from
+    autograd's by more than :data:`~bench.privacy.dpsgd.canaries.PER_SAMPLE_TOLERANCE`, so the
+    clipping bounds something other than each record's gradient.
+    """
+    reasons = []
+    if bound > claim:
+        reasons.append(f"the one-run audit's epsilon lower bound {bound:.3g} exceeds the claimed epsilon {claim:g}")
+    if observed_low > claim:
+        reasons.append(f"the epsilon its canaries measured ({observed_low:.3g} at least) exceeds the claimed "
+                       f"epsilon {claim:g}")
+    if row_error > PER_SAMPLE_TOLERANCE:
+        reasons.append(f"its per-sample gradients differ from each record's own gradient by {row_error:.2g} "
+                       f"(relative)")
+    if reasons:
+        warn(f"attack 'membership': {'; '.join(reasons)}: the training does not meet its claim")
+    wrong = observed_low > claim or row_error > PER_SAMPLE_TOLERANCE
+    return {"audit.refutes_claim": float(bool(reasons)), "audit.observed_refutes_claim": float(wrong)}
 
 
 def audit_metrics(task: Any, clean: Splits, released: Release, private: bool, classes: int, delta: float,

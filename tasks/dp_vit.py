@@ -40,6 +40,7 @@ from bench.errors import BenchError
 from bench.nn.vit import build_vit
 from bench.privacy.dpsgd.accounting import CrossCheck
 from bench.privacy.dpsgd.canaries import GradientCanaries
+from bench.privacy.dpsgd.canary_scores import CanaryGeometry
 from bench.privacy.dpsgd.method import Schedule, TrainingMethod, accounting_facts
 from bench.privacy.dpsgd.train import per_example_loss, predict_proba, train_private
 from bench.randomness.seeding import derive_seed
@@ -48,7 +49,7 @@ from bench.storage.modelcache import cached_model
 from tasks.class_metrics import class_count, topk_accuracy
 
 MODEL_VERSION = 1
-CANARY_VERSION = 2
+CANARY_VERSION = 3
 """Version of the gradient-canary audit run (its cache key)."""
 TRAINED_CLASSIFIER = "trained_classifier"
 """What :class:`DpVit` provides to adversaries: its trained models (see :class:`Classifier`)."""
@@ -267,13 +268,13 @@ class DpVit(Task):
                 for i, index in enumerate(subsets)]
 
     def canary_audit_run(self, train: ImageSet, data_key: str, private: bool, included: Any, classes: int,
-                         ctx: RunContext) -> dict[str, Any]:
+                         ctx: RunContext, delta: float = 0.0) -> dict[str, Any]:
         """Trains once with gradient canaries (:mod:`bench.privacy.dpsgd.canaries`) and returns their scores.
 
         The model is trained like the target (method, schedule, model, the run's seed) on
-        ``train``; only the canaries' gradients are added, and nothing trained is kept. With
-        fusion only the first model carries canaries (a view of part of the release, so the
-        bound stays valid). Cached by content.
+        ``train`` plus the included canaries, which the training's loader samples as records;
+        nothing trained is kept. With fusion only the first model carries canaries (a view of
+        part of the release, so the bound stays valid). Cached by content.
 
         Args:
             train: The training records (the release's train split, or the clean one).
@@ -282,18 +283,20 @@ class DpVit(Task):
             included: Each canary's inclusion coin, bool [m].
             classes: Number of classes.
             ctx: The run.
+            delta: The claim's δ, at which the measured mechanism's ε is stated (private runs).
 
         Returns:
             ``scores`` (float64 [m]), ``steps``, ``norm`` (each canary's gradient norm),
-            ``support`` (parameter tensors used), ``noise_std`` (σ·C; 0 when non-private) and
-            ``sample_rate``.
+            ``support`` (parameter tensors used), ``noise_std`` (σ·C; 0 when non-private),
+            ``sample_rate``, ``geometry`` (``values``, ``sizes``, ``slot`` of the layout) and, for a
+            private run, ``observed`` (:mod:`bench.privacy.dpsgd.observed`'s ``observed.*`` facts).
         """
         coins = np.asarray(included, dtype=bool)
         method = replace(self.config.training, selection="fixed") if private else self.nonprivate_method()
         size = int(train.images.shape[-1])
         key = content_key("dp_vit-gradient-canaries", CANARY_VERSION, MODEL_VERSION, data_key,
                           asdict(self.config.model), asdict(method), asdict(self.config.schedule), ctx.seed,
-                          classes, size, hashlib.sha256(coins.tobytes()).hexdigest())
+                          classes, size, hashlib.sha256(coins.tobytes()).hexdigest(), float(delta) if private else 0.0)
 
         def run() -> dict[str, Any]:
             canaries = GradientCanaries(coins, ctx.seed)
@@ -301,12 +304,20 @@ class DpVit(Task):
                                     train.labels, method, self.config.schedule, ctx.seed, ctx.device,
                                     progress=ctx.progress, canaries=canaries)
             sigma = float(trained.report.get("noise_multiplier", 0.0) or 0.0)
-            return {"scores": torch.from_numpy(canaries.scores), "steps": canaries.steps, "norm": canaries.norm,
-                    "support": canaries.support, "noise_std": sigma * method.max_grad_norm if private else 0.0,
-                    "sample_rate": float(trained.report.get("sample_rate", 0.0) or 0.0)}
+            rate = float(trained.report.get("sample_rate", 0.0) or 0.0)
+            geometry = canaries.geometry
+            return {"scores": torch.from_numpy(np.array(canaries.scores)), "steps": canaries.steps,
+                    "norm": canaries.norm, "support": canaries.support,
+                    "noise_std": sigma * method.max_grad_norm if private else 0.0, "sample_rate": rate,
+                    "geometry": {"values": torch.from_numpy(geometry.values), "sizes": torch.from_numpy(geometry.sizes),
+                                 "slot": torch.from_numpy(geometry.slot)},
+                    "observed": {**canaries.meter.result(rate, delta),
+                                 "observed.per_sample_error": canaries.per_sample_error}
+                    if canaries.meter is not None else {}}
 
         out, _ = Cache(ctx.cache_dir).get_or_build("audits", key, run, describe=f"gradient canaries: {data_key}"[:300])
-        return {**out, "scores": np.asarray(out["scores"], dtype=np.float64)}
+        geometry = CanaryGeometry(**{k: np.asarray(v) for k, v in out["geometry"].items()})
+        return {**out, "scores": np.asarray(out["scores"], dtype=np.float64), "geometry": geometry}
 
     def nonprivate_method(self) -> TrainingMethod:
         """The non-private reference's method: one ViT, same schedule, no clipping or noise, last epoch.

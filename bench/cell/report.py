@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.core import scores
-from bench.core.interfaces import Result
+from bench.core.result import Result
 from bench.system import precision
 
 COUNTS = ("n_", "steps", "trials", "episodes", "members", "nonmembers", "identities", "probes", "queries", "faces",
@@ -140,6 +140,11 @@ def _one_run_audit(metrics: dict) -> str:
     if "audit.epsilon_lower_bound_clean" in metrics:
         text += f"; non-private twin: {metrics['audit.epsilon_lower_bound_clean']:.3g}"
     text += ")"
+    if "audit.observed.epsilon_low" in metrics:
+        text += (f"; measured by its canaries: sampling rate {metrics['audit.observed.sample_rate']:.3g}, clipping "
+                 f"x{metrics['audit.observed.clip_ratio']:.2f}, noise x{metrics['audit.observed.noise_ratio']:.2f} of "
+                 f"the plan, epsilon {metrics['audit.observed.epsilon']:.3g} (at least "
+                 f"{metrics['audit.observed.epsilon_low']:.3g})")
     if metrics.get("audit.refutes_claim"):
         text += " - REFUTES the claim"
     return text

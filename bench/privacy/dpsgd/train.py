@@ -194,7 +194,7 @@ class _Run:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(seed, "dp_vit", "init", index))
             model = build()
-        self.device, self.steps = device, 0
+        self.device, self.steps, self.rows_checked = device, 0, False
         model = model.to(device).train()
         params = [p for p in model.parameters() if p.requires_grad]
         if schedule.optimizer == "adam":
@@ -205,6 +205,8 @@ class _Run:
         data = TensorDataset(images, labels)
         sampling = make_generator(seed, "dp_vit", "sampling", index)
         self.accountant, self.canaries = None, canaries
+        if canaries is not None and method.private:
+            data = _with_canary_records(images, labels, canaries)
         if not method.private:
             self.model, self.opt = model, opt
             self.loader = DataLoader(data, batch_size=schedule.batch_size, shuffle=True, generator=sampling)
@@ -243,7 +245,9 @@ class _Run:
             opt.expected_batch_size = plan.expected_batch_size
             self.accountant = engine.accountant
             if canaries is not None:
-                _attach(canaries, opt, plan, bound)
+                self.bounds = [float(b) for b in (norms if isinstance(norms, list) else [norms] * len(params))]
+                self.flat_clipping = method.clipping == "flat"
+                _attach(canaries, opt, plan, bound, self.bounds, len(data))
         self.model, self.opt, self.loader = model, opt, loader
 
     def epoch(self) -> float:
@@ -255,24 +259,31 @@ class _Run:
         at = mean_canaries.epoch_schedule(len(self.loader)) if mean_canaries is not None else None
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
-            for step, (x, y) in enumerate(self.loader):
+            for step, (x, y, *slot) in enumerate(self.loader):
                 self.opt.zero_grad(set_to_none=True)
                 if len(x) == 0:  # an empty Poisson batch is still a step: noise only
                     for p in params:
                         p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
+                else:
+                    x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+                    loss, seen = _batch_loss(self.model(x), y, slot[0].to(self.device) if slot else None)
+                    loss.backward()
+                if slot and self.accountant is not None:
+                    if len(x) and not self.rows_checked:
+                        self.rows_checked = True
+                        self.canaries.check_rows(self.model, x, y, slot[0], list(self.opt.params))
+                    self.canaries.fill_rows(list(self.opt.params), slot[0], self.bounds, self.flat_clipping)
+                if len(x) == 0:
                     self.opt.step()
                     self.steps += 1
                     continue
-                x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-                loss = F.cross_entropy(self.model(x), y)
-                loss.backward()
                 if mean_canaries is not None:
                     mean_canaries.add_to_mean(params, len(x), at, step)
                     mean_canaries.observe_mean(params, len(x))
                 self.opt.step()
                 self.steps += 1
                 total += loss.detach() * len(x)
-                count += len(x)
+                count += seen
         self.opt.zero_grad(set_to_none=True)
         return float(total) / max(count, 1)
 
@@ -296,34 +307,49 @@ class _Run:
         return model.eval()
 
 
-def _attach(canaries: GradientCanaries, opt: torch.optim.Optimizer, plan: Plan, bound: float) -> None:
-    """Wraps the DP optimiser's steps: canaries go through its clipping into the sum, are scored after the noise.
+def _batch_loss(logits: torch.Tensor, y: torch.Tensor, slots: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+    """The batch's mean cross-entropy and its number of training records.
 
-    The scores assume the plan's noise (σ times the bound C): the audit tests what the
-    claim says, whatever the optimiser does.
+    With canary records (``slots`` >= 0) their rows count in the mean's denominator, as the
+    per-sample machinery sees the whole batch, but their loss is left out.
+    """
+    if slots is None:
+        return F.cross_entropy(logits, y), len(y)
+    real = slots < 0
+    return (F.cross_entropy(logits, y, reduction="none") * real).sum() / len(y), int(real.sum())
+
+
+def _with_canary_records(images: torch.Tensor, labels: torch.Tensor, canaries: GradientCanaries) -> TensorDataset:
+    """The training records followed by one record per included canary, each row tagged by its canary (-1: none).
+
+    A canary record's image is blank and its loss is left out: the auditor fills its
+    per-sample gradient row (:meth:`GradientCanaries.fill_rows`). It is sampled by the
+    training's own loader, as any record is.
+    """
+    ids = canaries.ids
+    blank = torch.zeros((len(ids), *images.shape[1:]), dtype=images.dtype)
+    return TensorDataset(torch.cat([images, blank]), torch.cat([labels, torch.zeros(len(ids), dtype=labels.dtype)]),
+                         torch.cat([torch.full((len(images),), -1, dtype=torch.long), ids]))
+
+
+def _attach(canaries: GradientCanaries, opt: torch.optim.Optimizer, plan: Plan, bound: float, bounds: list[float],
+            records: int) -> None:
+    """Binds the canaries to the DP optimiser's parameters and scores every step after its noise.
+
+    The scores and the measured mechanism take the plan's noise (σ times the bound C) as the
+    reference: the audit tests what the claim says, whatever the optimiser does.
     """
     params = list(opt.params)
-    per_layer = list(getattr(opt, "max_grad_norms", None) or [bound] * len(params))
-    canaries.bind(params, [float(b) for b in per_layer], float(bound))
-    noise_std = float(plan.noise_multiplier * bound)
-    clip_and_accumulate, add_noise = opt.clip_and_accumulate, opt.add_noise
-
-    def clip_records_then_canaries() -> None:
-        clip_and_accumulate()
-        canaries.note_others(params)
-        records = [p.grad_sample for p in params]
-        for rows in canaries.sampled_rows(params, plan.sample_rate):
-            for p, row in zip(params, rows):
-                p.grad_sample = row
-            clip_and_accumulate()
-        for p, kept in zip(params, records):
-            p.grad_sample = kept
+    canaries.bind(params, bounds, float(bound))
+    canaries.start_private(float(plan.noise_multiplier * bound), float(plan.noise_multiplier), plan.sample_rate,
+                           records)
+    add_noise = opt.add_noise
 
     def noisy_step() -> None:
         add_noise()
-        canaries.observe_noisy(params, noise_std, plan.sample_rate)
+        canaries.observe_noisy(params)
 
-    opt.clip_and_accumulate, opt.add_noise = clip_records_then_canaries, noisy_step
+    opt.add_noise = noisy_step
 
 
 class _Selector:
