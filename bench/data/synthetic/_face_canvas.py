@@ -11,7 +11,8 @@ import math
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
+
+from bench.data.synthetic import _exact as ex
 
 _FACE_SCALE = 0.55
 _FACE_Y = 0.0
@@ -31,15 +32,15 @@ def face_boxes(params: dict[str, torch.Tensor], size: int) -> torch.Tensor:
 def _face_extent(params: dict[str, torch.Tensor]):
     """Centre and half extents of the posed face outline in normalised image coordinates."""
     k = _FACE_SCALE * params["scale"]
-    c, s = torch.cos(params["rot"]), torch.sin(params["rot"])
+    s, c = ex.sincos(params["rot"])
     a = params["fw"]
     top, bottom = _UPPER * params["fh"], _LOWER * params["fh"]
     b = (top + bottom) / 2
     cu, cv = 0.06 * params["yaw"], (bottom - top) / 2
     cx = params["tx"] + k * (c * cu - s * cv)
     cy = _FACE_Y + params["ty"] + k * (s * cu + c * cv)
-    hw = k * torch.sqrt((a * c) ** 2 + (b * s) ** 2)
-    hh = k * torch.sqrt((a * s) ** 2 + (b * c) ** 2)
+    hw = k * ex.sqrt((a * c) ** 2 + (b * s) ** 2)
+    hh = k * ex.sqrt((a * s) ** 2 + (b * c) ** 2)
     return cx, cy, hw, hh
 
 
@@ -76,15 +77,15 @@ def _pool(t: torch.Tensor) -> torch.Tensor:
 def _ellipse(du: torch.Tensor, dv: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
     """Approximate signed distance to the ellipse with half-axes a, b centred at the origin."""
     x, y = du / a, dv / b
-    return torch.addcmul(x * x, y, y).sqrt_().sub_(1).mul_(_min(a, b))
+    return ex.sqrt_(x * x + y * y).sub_(1).mul_(_min(a, b))
 
 
 def _thin_ellipse(du: torch.Tensor, dv: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
     """Signed distance to an ellipse, first-order accurate also when it is very flat."""
     x, y = du / a, dv / b
-    r = torch.addcmul(x * x, y, y).sqrt_()
+    r = ex.sqrt_(x * x + y * y)
     gx, gy = x / a, y / b
-    grad = torch.addcmul(gx * gx, gy, gy).sqrt_().add_(1e-6)
+    grad = ex.sqrt_(gx * gx + gy * gy).add_(1e-6)
     return (r - 1).mul_(r).div_(grad)
 
 
@@ -93,8 +94,8 @@ def _segment(du: torch.Tensor, dv: torch.Tensor, x0: Any, y0: Any, x1: Any, y1: 
     bx, by = x1 - x0, y1 - y0
     px, py = du - x0, dv - y0
     h = ((px * bx + py * by) / (bx * bx + by * by + 1e-9)).clamp_(0, 1)
-    ex, ey = px - bx * h, py - by * h
-    return torch.addcmul(ex * ex, ey, ey).sqrt_()
+    qx, qy = px - bx * h, py - by * h
+    return ex.sqrt_(qx * qx + qy * qy)
 
 
 def _mirror(u: torch.Tensor, centre: torch.Tensor):
@@ -106,7 +107,8 @@ def _mirror(u: torch.Tensor, centre: torch.Tensor):
 def _pose(p: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """Per-image (scale, cos, sin, x, y) of the face frame in normalised image coordinates."""
     k = _FACE_SCALE * p["scale"]
-    return k, torch.cos(p["rot"]), torch.sin(p["rot"]), p["tx"], _FACE_Y + p["ty"]
+    s, c = ex.sincos(p["rot"])
+    return k, c, s, p["tx"], _FACE_Y + p["ty"]
 
 
 def _pose_coords(pose: tuple[torch.Tensor, ...], xs: torch.Tensor, ys: torch.Tensor):
@@ -133,8 +135,6 @@ class _Rows(dict):
 class _Canvas:
     """A window of a batch of supersampled images with the face coordinates of its pixels."""
 
-    _HALF = torch.tensor(0.5)
-
     def __init__(
         self,
         rgb: torch.Tensor,
@@ -160,13 +160,18 @@ class _Canvas:
             cover: Whether the shape belongs to the head (it is then lit by the head shading).
         """
         if self.coarse:
-            sd = F.interpolate(sd.unsqueeze(1), scale_factor=2, mode="bilinear", align_corners=False).squeeze(1)
-        m = torch.addcmul(self._HALF, sd, self.scale, value=-1.0 / soft).clamp_(0, 1)
+            sd = ex.resize_bilinear(sd, (2 * sd.shape[-2], 2 * sd.shape[-1]))
+        m = (sd * (self.scale * (-1.0 / soft))).add_(0.5).clamp_(0, 1)
         if alpha is not None:
             m.mul_(alpha)
-        self.rgb.lerp_(colour if colour.dim() == 4 else _c(colour), m.unsqueeze(1))
+        w = m.unsqueeze(1)
+        if colour.dim() == 4:  # rgb + (colour - rgb) w
+            self.rgb.add_((colour - self.rgb).mul_(w))
+        else:  # the same, in place: (rgb - colour) (1 - w) + colour
+            target = _c(colour)
+            self.rgb.sub_(target).mul_(1 - w).add_(target)
         if cover:
-            self.fg.copy_(torch.maximum(self.fg, m))
+            torch.maximum(self.fg, m, out=self.fg)
         return m
 
 

@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from bench.data.synthetic import _exact as ex
+
 _SKIN = torch.tensor([[0.97, 0.84, 0.75], [0.88, 0.69, 0.56], [0.68, 0.47, 0.33], [0.40, 0.26, 0.18]])
 _IRIS = torch.tensor(
     [
@@ -68,13 +70,13 @@ class _Draw:
 
     def normal(self, cols: int | None = None) -> torch.Tensor:
         shape = (self.n,) if cols is None else (self.n, cols)
-        return torch.randn(shape, generator=self.g)
+        return ex.normal(shape, self.g)
 
     def gauss(self, mean: float, std: float, lo: float, hi: float) -> torch.Tensor:
         return (mean + std * self.normal()).clamp(lo, hi)
 
     def choice(self, probs: torch.Tensor) -> torch.Tensor:
-        return torch.multinomial(probs, 1, replacement=True, generator=self.g).squeeze(1)
+        return ex.categorical(probs, self.g)
 
 
 def _mix_probs(light: list[float], dark: list[float], tone: torch.Tensor) -> torch.Tensor:
@@ -190,7 +192,7 @@ def sample_nuisances(
     q["tx"] = (0.05 * v * z["tx"]).clamp(-0.25, 0.25)
     q["ty"] = (0.05 * v * z["ty"]).clamp(-0.25, 0.25)
     q["rot"] = (0.10 * v * z["rot"]).clamp(-0.6, 0.6)
-    q["scale"] = torch.exp((0.06 * v * z["scale"]).clamp(-0.3, 0.3))
+    q["scale"] = ex.exp((0.06 * v * z["scale"]).clamp(-0.3, 0.3))
     q["yaw"] = (0.35 * v * z["yaw"]).clamp(-0.9, 0.9)
     q["smile"] = (ident["smile0"][ids] + 0.45 * v * z["smile"]).clamp(-1, 1)
     q["open"] = 0.07 * (0.8 * v * z["open"] - 0.3).clamp(0, 1)
@@ -199,11 +201,11 @@ def sample_nuisances(
     q["gaze_x"] = (0.3 * v * z["gaze_x"]).clamp(-0.6, 0.6)
     q["gaze_y"] = (0.2 * v * z["gaze_y"]).clamp(-0.5, 0.5)
     light = torch.stack([0.6 * v * z["light_x"], -0.3 + 0.3 * v * z["light_y"], torch.ones(len(ids))], 1)
-    q["light"] = light / light.norm(dim=1, keepdim=True)
+    q["light"] = light / ex.sqrt(light[:, :1] ** 2 + light[:, 1:2] ** 2 + light[:, 2:] ** 2)
     q["ambient"] = (0.62 - 0.15 * v * z["ambient"].abs()).clamp(0.25, 0.62)
     q["grad"] = (0.22 * v * z["grad"]).clamp(-0.6, 0.6)
     q["grad_dir"] = 2 * math.pi * u["grad_dir"]
-    q["intensity"] = torch.exp((0.18 * v * z["intensity"]).clamp(-0.7, 0.7))
+    q["intensity"] = ex.exp((0.18 * v * z["intensity"]).clamp(-0.7, 0.7))
     q["temp"] = (0.05 * v * z["temp"]).clamp(-0.15, 0.15)
     q["tint"] = (0.012 * v * z["tint"]).clamp(-0.04, 0.04)
     q["noise"] = torch.full((len(ids),), 0.012 * v)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+from bench.data.synthetic import _exact as ex
 from bench.data.synthetic._face_canvas import (
     _FACE_SCALE,
     _LOWER,
@@ -61,7 +61,7 @@ class _Renderer:
         fg = _pool(f.fg).unsqueeze(1)
         out.mul_(self._shading(p).sub_(1).mul_(fg).add_(1))
         out = self._camera(out, p, noise)
-        return out.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
+        return ex.to_uint8(out)
 
     def render_heads(self, p: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns the shaded heads alone: premultiplied colour [B, 3, H, W] in [0, 1] and coverage [B, 1, H, W]."""
@@ -100,18 +100,19 @@ class _Renderer:
         n = max(8, self.size // 2)
         g = _grid(n)
         x, y = g.view(1, 1, -1), g.view(1, -1, 1)
-        t = (_b(torch.cos(p["bg_dir"])) * x + _b(torch.sin(p["bg_dir"])) * y).mul_(0.5).add_(0.5)
+        sin_dir, cos_dir = ex.sincos(p["bg_dir"])
+        t = (_b(cos_dir) * x + _b(sin_dir) * y).mul_(0.5).add_(0.5)
         rgb = _c(p["bg0"]) + t.unsqueeze(1) * _c(p["bg1"] - p["bg0"])
-        rgb = rgb + F.interpolate(p["bg_tex"], size=(n, n), mode="bilinear", align_corners=False)
+        rgb = rgb + ex.resize_bilinear(p["bg_tex"], (n, n))
         for i in range(_CLUTTER):
             dx, dy = x - _b(p["clutter_xy"][:, i, 0]), y - _b(p["clutter_xy"][:, i, 1])
             rx, ry = _b(p["clutter_r"][:, i, 0]), _b(p["clutter_r"][:, i, 1])
             box = torch.maximum(dx.abs() - rx, dy.abs() - ry)
             sd = torch.where(_b(p["clutter_round"][:, i]) > 0, _ellipse(dx, dy, rx, ry), box)
             m = (0.5 - sd * (n / 2)).clamp_(0, 1).mul_(_b(0.7 * p["clutter_on"][:, i]))
-            rgb = rgb.lerp(_c(p["clutter_col"][:, i]), m.unsqueeze(1))
-        rgb = F.interpolate(rgb.clamp_(0, 1), size=(self.size, self.size), mode="bilinear", align_corners=False)
-        return F.interpolate(rgb, scale_factor=2, mode="nearest")
+            rgb = rgb + (_c(p["clutter_col"][:, i]) - rgb) * m.unsqueeze(1)
+        rgb = ex.resize_bilinear(rgb.clamp_(0, 1), (self.size, self.size))
+        return rgb.repeat_interleave(2, dim=-2).repeat_interleave(2, dim=-1)
 
     def _clothes(self, f: _Frame) -> None:
         cv = f.window(-2.4, 2.4, 1.45, 4.5, coarse=True)
@@ -119,7 +120,7 @@ class _Renderer:
 
     def _hair_colour(self, cv: _Canvas, p: dict[str, torch.Tensor], shade: float) -> torch.Tensor:
         u, v = cv.fine_uv() if cv.coarse else (cv.u, cv.v)
-        phase = torch.add(v, u, alpha=6.0).mul_(1.4)
+        phase = (u * 6.0).add_(v).mul_(1.4)
         strands = phase.sub_(phase.floor()).sub_(0.5).abs_().mul_(0.28).add_(0.93)
         return _c(p["hair"] * shade) * strands.unsqueeze(1)
 
@@ -130,10 +131,10 @@ class _Renderer:
         sd = _ellipse(u, cv.v + 0.12 * fh, fw * 1.06 + vol, fh * 1.16 + vol)
         curl = _b(p["hair_curl"])
         if bool((curl > 0).any()):
-            sd = sd + curl * torch.sin(u * 18) * torch.sin(cv.v * 18)
+            sd = sd + curl * ex.sin(u * 18) * ex.sin(cv.v * 18)
         bun = _b(p["hair_bun"])
         if bool((bun > 0).any()):
-            sd = torch.minimum(sd, torch.sqrt(u * u + (cv.v + 1.32 * fh) ** 2) - bun)
+            sd = torch.minimum(sd, ex.sqrt(u * u + (cv.v + 1.32 * fh) ** 2) - bun)
         return sd
 
     def _hair_top(self, p: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -147,7 +148,7 @@ class _Renderer:
         u = cv.u + 0.05 * _b(p["yaw"])
         top = -0.12 * _b(p["fh"])
         width = _b(p["fw"]) * 1.06 + _b(p["hair_vol"]) + _b(p["hair_flare"]) * (cv.v - top).clamp(min=0)
-        end = _b(p["hair_len"]) + 0.04 * torch.sin(u * 25)
+        end = _b(p["hair_len"]) + 0.04 * ex.sin(u * 25)
         drape = torch.maximum(torch.maximum(u.abs() - width, cv.v - end), top - cv.v)
         sd = torch.minimum(self._outer_hair_sd(cv, p), drape)
         cv.paint(sd, self._hair_colour(cv, p, 0.78), cover=True)
@@ -193,7 +194,7 @@ class _Renderer:
         f = (1 - j) * (x2 + y2) + j * (x2 * x2 + y2 * y2) - 1
         gx = ((1 - j) * 2 + j * 4 * x2) * x / a
         gy = ((1 - j) * 2 + j * 4 * y2) * y / b
-        return f / torch.addcmul(gx * gx, gy, gy).sqrt_().add_(1e-6)
+        return f / ex.sqrt_(gx * gx + gy * gy).add_(1e-6)
 
     def _blush(self, f: _Frame) -> None:
         p = f.p
@@ -225,7 +226,7 @@ class _Renderer:
         p = f.p
         mu = p["mole_u"] + 0.3 * p["yaw"]
         cv = f.window(mu - 0.08, mu + 0.08, p["mole_v"] - 0.08, p["mole_v"] + 0.08)
-        mole = torch.sqrt((cv.u - _b(mu)) ** 2 + (cv.v - _b(p["mole_v"])) ** 2) - _b(p["mole_r"])
+        mole = ex.sqrt((cv.u - _b(mu)) ** 2 + (cv.v - _b(p["mole_v"])) ** 2) - _b(p["mole_r"])
         cv.paint(mole, p["skin"] * 0.4, 0.85)
 
     def _beard(self, f: _Frame) -> None:
@@ -273,7 +274,7 @@ class _Renderer:
         w = _b(p["mouth_w"]) * (1 - 0.15 * _b(p["yaw"]).abs())
         t = (u / w).clamp_(-1, 1)
         t2 = t * t
-        prof = (1 - t2).sqrt_()
+        prof = ex.sqrt_(1 - t2)
         centre = _b(p["mouth_y"]) - 0.07 * _b(p["smile"]) * t2
         gap = _b(p["open"]) * prof
         ends = u.abs() - w
@@ -315,7 +316,7 @@ class _Renderer:
         cv.paint(eye, torch.tensor([0.93, 0.9, 0.87]))
         gx = du - side * _b(p["gaze_x"]) * w * 0.35
         gy = dv_eye - _b(p["gaze_y"]) * eh * 0.3
-        r = torch.addcmul(gx * gx, gy, gy).sqrt_()
+        r = ex.sqrt_(gx * gx + gy * gy)
         cv.paint(torch.maximum(r - eh * 0.95, eye), p["iris"])
         cv.paint(torch.maximum(r - eh * 0.42, eye), torch.tensor([0.03, 0.03, 0.03]))
         lid = torch.maximum(eye.abs() - 0.014 - 0.008 * (1 - _b(p["male"])), dv_eye - 0.2 * eh)
@@ -346,7 +347,7 @@ class _Renderer:
         part = _b(p["hair_part"])
         line = h0 + (side - h0) * (u * u).clamp_(max=1.5) + 0.12 * part * u
         if bool((p["hair_bang"] > 0).any()):
-            bangs = _b(p["hair_bang_y"]) + 0.06 * u * u + 0.02 * torch.sin(u * 30)
+            bangs = _b(p["hair_bang_y"]) + 0.06 * u * u + 0.02 * ex.sin(u * 30)
             line = line + _b(p["hair_bang"]) * (bangs - line)
         line = line + 8 * _b(p["hair_lock"]) * (u.abs() - 0.72).clamp_(min=0)
         sd = torch.maximum(self._outer_hair_sd(cv, p), v - line)
@@ -378,7 +379,7 @@ class _Renderer:
         centre = p["occ_xy"] / _FACE_SCALE
         reach = p["occ_r"].amax(1) / _FACE_SCALE + 0.05
         cv = f.window(centre[:, 0] - reach, centre[:, 0] + reach, centre[:, 1] - reach, centre[:, 1] + reach)
-        c, s = _b(torch.cos(p["occ_rot"])), _b(torch.sin(p["occ_rot"]))
+        s, c = (_b(t) for t in ex.sincos(p["occ_rot"]))
         du, dv = cv.u - _b(centre[:, 0]), cv.v - _b(centre[:, 1])
         a, b = _b(p["occ_r"][:, 0]) / _FACE_SCALE, _b(p["occ_r"][:, 1]) / _FACE_SCALE
         m = cv.paint(_ellipse(c * du + s * dv, c * dv - s * du, a, b), p["occ_col"])
@@ -392,8 +393,8 @@ class _Renderer:
         u, v = _pose_coords(_pose(p), self.out_grid, self.out_grid)
         nu = (u - 0.05 * _b(p["yaw"])) / (1.15 * _b(p["fw"]))
         nv = (v + 0.1) / (1.45 * _b(p["fh"]))
-        r2 = torch.addcmul(nu * nu, nv, nv)
-        nz = (1 - r2).clamp_(min=0).sqrt_()
+        r2 = nu * nu + nv * nv
+        nz = ex.sqrt_((1 - r2).clamp_(min=0))
         light = p["light"]
         diffuse = (_b(light[:, 0]) * nu + _b(light[:, 1]) * nv + _b(light[:, 2]) * nz).clamp_(min=0)
         amb = _b(p["ambient"])
@@ -404,10 +405,11 @@ class _Renderer:
     def _camera(self, rgb: torch.Tensor, p: dict[str, torch.Tensor], noise: torch.Generator) -> torch.Tensor:
         """Global light gradient, exposure, colour temperature and sensor noise."""
         g = self.out_grid
-        ramp = _b(torch.cos(p["grad_dir"])) * g.view(1, 1, -1) + _b(torch.sin(p["grad_dir"])) * g.view(1, -1, 1)
+        sin_dir, cos_dir = ex.sincos(p["grad_dir"])
+        ramp = _b(cos_dir) * g.view(1, 1, -1) + _b(sin_dir) * g.view(1, -1, 1)
         gain = _b(p["intensity"]) * (1 + _b(p["grad"]) * ramp)
         t, tint = p["temp"], p["tint"]
         colour = torch.stack([1 + t + tint, 1 - 2 * tint, 1 - t + tint], 1)
         rgb = rgb * gain.unsqueeze(1) * _c(colour)
-        rgb.add_(torch.randn(rgb.shape, generator=noise).mul_(_c(p["noise"].unsqueeze(1))))
+        rgb.add_(ex.normal(rgb.shape, noise).mul_(_c(p["noise"].unsqueeze(1))))
         return rgb.clamp_(0, 1)

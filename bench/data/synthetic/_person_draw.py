@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from bench.data.synthetic import _exact as ex
+
 HEIGHT, WIDTH = 128, 64
 SUPERSAMPLE = 2
 
@@ -74,9 +76,7 @@ CAM_VIEWS = torch.tensor([[0.60, 0.20, 0.20], [0.20, 0.60, 0.20], [0.25, 0.25, 0
 
 def _categorical(probs: torch.Tensor, n: int, gen: torch.Generator) -> torch.Tensor:
     """Draws n indices with probabilities ``probs`` [K] or per-row ``probs`` [n, K]."""
-    if probs.dim() == 1:
-        return torch.multinomial(probs.double(), n, replacement=True, generator=gen)
-    return torch.multinomial(probs.double(), 1, generator=gen).flatten()
+    return ex.categorical(probs, gen, n)
 
 
 def _bernoulli(p: torch.Tensor | float, n: int, gen: torch.Generator) -> torch.Tensor:
@@ -88,7 +88,7 @@ def _uniform(lo: float, hi: float, n: int, gen: torch.Generator) -> torch.Tensor
 
 
 def _jitter(colours: torch.Tensor, amount: float, gen: torch.Generator) -> torch.Tensor:
-    return (colours + amount * torch.randn(colours.shape, generator=gen)).clamp(0.0, 1.0)
+    return (colours + amount * ex.normal(colours.shape, gen)).clamp(0.0, 1.0)
 
 
 def draw_people(n: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
@@ -111,10 +111,10 @@ def draw_people(n: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
     grey = _bernoulli(torch.where(old, 0.75, 0.0), n, gen)
     hair_colour = torch.where(grey[:, None], GREY_HAIR.expand(n, 3), hair_colour)
 
-    build = torch.where(female, 0.90, 1.0) + 0.07 * torch.randn(n, generator=gen)
+    build = torch.where(female, 0.90, 1.0) + 0.07 * ex.normal(n, gen)
     build = torch.where(child, build * 0.92, build).clamp(0.75, 1.25)
-    head = torch.where(child, 0.082, torch.where(teen, 0.069, 0.064)) * (1 + 0.05 * torch.randn(n, generator=gen))
-    torso = torch.where(child, 0.27, 0.31) + 0.015 * torch.randn(n, generator=gen)
+    head = torch.where(child, 0.082, torch.where(teen, 0.069, 0.064)) * (1 + 0.05 * ex.normal(n, gen))
+    torso = torch.where(child, 0.27, 0.31) + 0.015 * ex.normal(n, gen)
 
     lower_type = _categorical(torch.stack([
         torch.where(female, 0.45, 0.80), torch.where(female, 0.18, 0.20), torch.where(female, 0.37, 0.0)
@@ -169,13 +169,13 @@ def draw_shots(cams: torch.Tensor, gen: torch.Generator) -> dict[str, torch.Tens
         "facing": torch.where(_bernoulli(0.5, n, gen), 1.0, -1.0),
         "height": CAM_SCALE[cams] * _uniform(0.95, 1.05, n, gen),
         "feet": _uniform(0.955, 0.99, n, gen),
-        "cx": 0.25 + 0.012 * torch.randn(n, generator=gen),
+        "cx": 0.25 + 0.012 * ex.normal(n, gen),
         "swing": _uniform(-0.07, 0.07, n, gen),
         "stride": _uniform(0.0, 0.085, n, gen),
         "present": torch.ones(n, dtype=torch.bool),
         "bg_offset": torch.rand(n, generator=gen),
         "bg_period": _uniform(3.0, 7.0, n, gen),
-        "horizon": CAM_HORIZON[cams] + 0.04 * torch.randn(n, generator=gen),
+        "horizon": CAM_HORIZON[cams] + 0.04 * ex.normal(n, gen),
         "clutter": torch.rand(n, 2, 7, generator=gen),
         "bright": CAM_BRIGHT[cams] * _uniform(0.92, 1.08, n, gen),
     }

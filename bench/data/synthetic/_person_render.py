@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 import torch
-import torch.nn.functional as F
 
+from bench.data.synthetic import _exact as ex
 from bench.data.synthetic._person_draw import (
     BACK,
     BACKPACK,
@@ -96,10 +96,17 @@ def render(people: Mapping[str, torch.Tensor], shots: Mapping[str, torch.Tensor]
     gain = CAM_GAIN[cams].view(b, 3, 1, 1) * shots["bright"].view(b, 1, 1, 1)
     img = img * (light * gain)
     img = (img - 0.45) * CAM_CONTRAST[cams].view(b, 1, 1, 1) + 0.45
-    smooth = F.avg_pool2d(F.pad(img, (1, 1, 1, 1), mode="replicate"), 3, stride=1)
-    img = img + CAM_BLUR[cams].view(b, 1, 1, 1) * (smooth - img)
-    img = img + CAM_NOISE[cams].view(b, 1, 1, 1) * torch.randn(img.shape, generator=gen)
-    return (img.clamp(0.0, 1.0) * 255.0).round().to(torch.uint8)
+    img = img + CAM_BLUR[cams].view(b, 1, 1, 1) * (_box3(img) - img)
+    img = img + CAM_NOISE[cams].view(b, 1, 1, 1) * ex.normal(img.shape, gen)
+    return ex.to_uint8(img)
+
+
+def _box3(img: torch.Tensor) -> torch.Tensor:
+    """3 x 3 box filter with replicated borders (columns summed left to right, then rows top to bottom)."""
+    x = torch.cat([img[..., :1], img, img[..., -1:]], -1)
+    x = x[..., :-2] + x[..., 1:-1] + x[..., 2:]
+    x = torch.cat([x[..., :1, :], x, x[..., -1:, :]], -2)
+    return (x[..., :-2, :] + x[..., 1:-1, :] + x[..., 2:, :]) / 9.0
 
 
 def _pool(x: torch.Tensor) -> torch.Tensor:
@@ -157,7 +164,7 @@ class _Canvas:
         return (radius - (self.u - centre).abs_()).sign_().clamp_(min=0.0)
 
     def paint(self, mask: torch.Tensor, index: int) -> None:
-        """Sets the part of the pixels inside ``mask``."""
+        """Sets the part of the pixels inside ``mask`` (0 or 1: ``lerp`` then gives either end exactly)."""
         self.part.lerp_(_PART_VALUES[index], mask)
 
     def is_part(self, index: int) -> torch.Tensor:
@@ -195,7 +202,7 @@ def _background(x: torch.Tensor, y: torch.Tensor, shots: Mapping[str, torch.Tens
         x1 = x0 + 0.04 + 0.18 * p[:, 1]
         y1 = shots["horizon"] + 0.1 * p[:, 2]
         y0 = y1 - 0.08 - 0.3 * p[:, 3]
-        grey = p[:, 4:7].mean(1, keepdim=True)
+        grey = (p[:, 4:5] + p[:, 5:6] + p[:, 6:7]) / 3.0
         colour = (0.35 * p[:, 4:7] + 0.65 * grey) * 0.75 + 0.08
         rows = ((y >= col(y0)) & (y <= col(y1))).float()
         cols = ((x >= col(x0)) & (x <= col(x1))).float()

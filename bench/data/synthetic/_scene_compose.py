@@ -6,6 +6,7 @@ from typing import Any, Mapping
 
 import torch
 
+from bench.data.synthetic import _exact as ex
 from bench.data.synthetic import scene_render as sr
 from bench.data.synthetic import synth_faces
 from bench.data.synthetic._face_identity import sample_nuisances
@@ -44,8 +45,8 @@ def render_chunk(seed: int, split: str, index: int, labels: torch.Tensor, u: tor
     n, scale_px = len(labels), size / 128.0
     d = {k: v[labels] for k, v in design.items() if isinstance(v, torch.Tensor)}
     # --- people: how many, how big, where, in front or behind, who
-    crowd = d["crowd"].cumsum(1)
-    count = 1 + (u[:, _U["count"]] > crowd[:, 0]).long() + (u[:, _U["count"]] > crowd[:, 1]).long()
+    one, two = d["crowd"][:, 0], d["crowd"][:, 0] + d["crowd"][:, 1]  # cumulative probabilities of 1, 2 people
+    count = 1 + (u[:, _U["count"]] > one).long() + (u[:, _U["count"]] > two).long()
     count = torch.where(u[:, _U["on"]] < d["person_rate"], count, 0)
     slots = torch.arange(MAX_PEOPLE)
     present = slots.view(1, -1) < count.view(-1, 1)
@@ -90,7 +91,7 @@ def render_chunk(seed: int, split: str, index: int, labels: torch.Tensor, u: tor
                                       sr.hsv(hue, 0.15 * sat, torch.full_like(val, 0.95))))
     ocx = 0.45 * (2 * u[:, m["cx"]] - 1)
     ocy = 0.45 * (2 * u[:, m["cy"]] - 1)
-    oscale = d["scale"] * torch.exp((0.12 * z[:, _Z["scale"]]).clamp(-0.3, 0.3))
+    oscale = d["scale"] * ex.exp((0.12 * z[:, _Z["scale"]]).clamp(-0.3, 0.3))
     held = near.nonzero().flatten()
     if len(held):
         first = face_boxes[held, 0]
@@ -98,8 +99,8 @@ def render_chunk(seed: int, split: str, index: int, labels: torch.Tensor, u: tor
         ocy[held] = (first[:, 1] + first[:, 3]) / size - 1 + 0.35 * (first[:, 3] - first[:, 1]) * 2 / size
         oscale[held] = 1.1 * width[held, 0] / size
     rot = d["rot"] + (0.3 * z[:, _Z["rot"]]).clamp(-0.8, 0.8)
-    aspect = d["aspect"] * torch.exp((0.1 * z[:, _Z["aspect"]]).clamp(-0.25, 0.25))
-    freq = d["freq"] * torch.exp((0.08 * z[:, _Z["freq"]]).clamp(-0.2, 0.2))
+    aspect = d["aspect"] * ex.exp((0.1 * z[:, _Z["aspect"]]).clamp(-0.25, 0.25))
+    freq = d["freq"] * ex.exp((0.08 * z[:, _Z["freq"]]).clamp(-0.2, 0.2))
     angle = d["angle"] + 0.15 * z[:, _Z["angle"]]
     # --- layers: background, people behind, object, people in front, camera
     img = sr.background(d["background"], u[:, _U_BG : _U_BG + 12], z[:, _Z_BLOTCH:], size)
@@ -119,7 +120,7 @@ def render_chunk(seed: int, split: str, index: int, labels: torch.Tensor, u: tor
     coverage = sr.paint_objects(img, d["family"], d["texture"], ocx, ocy, oscale, rot, aspect, colour, colour2,
                                 freq, angle, u[:, m["phase"]])
     people(person_front)
-    noise = torch.randn(img.shape, generator=make_generator(seed, "synth_scenes", split, "noise", index))
+    noise = ex.normal(img.shape, make_generator(seed, "synth_scenes", split, "noise", index))
     images = sr.camera(img, 6.2832 * u[:, m["light"]], 0.25 * u[:, m["light_amp"]], noise)
     # --- boxes and fractions
     object_boxes = sr.mask_box(coverage >= 0.5)

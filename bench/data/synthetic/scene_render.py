@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
+from bench.data.synthetic import _exact as ex
 from bench.data.synthetic import synth_faces
 from bench.data.synthetic.synth_objects import CLASSES as SHAPES
 from bench.data.synthetic.synth_objects import shape_sdf
@@ -71,8 +71,7 @@ def background(kind: torch.Tensor, u: torch.Tensor, z: torch.Tensor, size: int) 
     xs = grid(size)
     x, y = xs.view(1, 1, -1), xs.view(1, -1, 1)
     out = torch.empty(n, 3, size, size)
-    blotch = F.interpolate(z.view(n, 3, BLOTCH_GRID, BLOTCH_GRID), size=(size, size), mode="bilinear",
-                           align_corners=False)
+    blotch = ex.resize_bilinear(z.view(n, 3, BLOTCH_GRID, BLOTCH_GRID), (size, size))
     for k, name in enumerate(BACKGROUNDS):
         idx = (kind == k).nonzero().flatten()
         if not len(idx):
@@ -96,24 +95,25 @@ def background(kind: torch.Tensor, u: torch.Tensor, z: torch.Tensor, size: int) 
             corner = _b(-0.7 + 1.4 * v[:, 7])
             side = torch.where(x < corner, 0.82 + 0.1 * _b(v[:, 8]), torch.ones(()))
             wall_img = _c(wall) * side.expand(-1, size, -1).unsqueeze(1)
-            planks = 0.9 + 0.1 * torch.sign(torch.sin((y - horizon) * (18 + 10 * _b(v[:, 9])) / (y - horizon + 0.3)))
+            planks = 0.9 + 0.1 * torch.sign(ex.sin((y - horizon) * (18 + 10 * _b(v[:, 9])) / (y - horizon + 0.3)))
             floor_img = _c(floor) * planks.expand(-1, -1, size).unsqueeze(1)
             edge = (0.5 + (y - horizon) * size / 2).clamp(0, 1).unsqueeze(1).expand(-1, 1, size, size)
             img = wall_img + (floor_img - wall_img) * edge + 0.05 * blotch[idx]
         elif name == "foliage":
             green = col(0.3, 0.06, 0.6, 0.15, 0.45, 0.12, 0)
-            leaves = torch.sin(x * (20 + 8 * _b(v[:, 6])) + 3 * torch.sin(y * 11))
-            leaves = leaves * torch.sin(y * (17 + 8 * _b(v[:, 7])))
+            leaves = ex.sin(x * (20 + 8 * _b(v[:, 6])) + 3 * ex.sin(y * 11))
+            leaves = leaves * ex.sin(y * (17 + 8 * _b(v[:, 7])))
             img = _c(green) * (1 + 0.18 * leaves).unsqueeze(1) + 0.2 * blotch[idx] * _c(green)
         elif name == "water":
             blue = col(0.55, 0.05, 0.6, 0.15, 0.55, 0.15, 0)
             freq = 14 + 14 * _b(v[:, 6])
-            waves = torch.sin(y * freq + 2.5 * torch.sin(x * (3 + 4 * _b(v[:, 7])) + 6.28 * _b(v[:, 8])))
+            waves = ex.sin(y * freq + 2.5 * ex.sin(x * (3 + 4 * _b(v[:, 7])) + 6.28 * _b(v[:, 8])))
             img = _c(blue) * (1 + 0.2 * waves + 0.15 * y).unsqueeze(1) + 0.06 * blotch[idx]
         else:  # studio
             grey = col(0.6, 0.5, 0.06, 0.05, 0.55, 0.3, 0)
             angle = 6.283 * _b(v[:, 6])
-            ramp = torch.cos(angle) * x + torch.sin(angle) * y
+            sin_a, cos_a = ex.sincos(angle)
+            ramp = cos_a * x + sin_a * y
             vignette = 1 - 0.25 * (x * x + y * y)
             img = _c(grey) * (vignette * (1 + 0.15 * ramp)).unsqueeze(1) + 0.03 * blotch[idx]
         out[idx] = img
@@ -132,28 +132,28 @@ def texture(kind: torch.Tensor, x: torch.Tensor, y: torch.Tensor, freq: torch.Te
         angle: [m] orientation of stripes and gradients.
         phase: [m] offset in [0, 1).
     """
-    f, a, ph = _b(freq), _b(angle), _b(phase) * 2 * math.pi
-    along = torch.cos(a) * x + torch.sin(a) * y
-    across = torch.cos(a) * y - torch.sin(a) * x
     out = torch.zeros_like(x)
     sharp = 3.0
     for k, name in enumerate(TEXTURES):
-        sel = (kind == k).view(-1, 1, 1)
-        if not bool(sel.any()):
+        rows = (kind == k).nonzero().flatten()
+        if not len(rows) or name == "plain":
             continue
-        if name == "plain":
-            t = torch.zeros_like(x)
-        elif name == "striped":
-            t = (0.5 + sharp * torch.sin(f * along + ph)).clamp(0, 1)
+        xs, ys = x[rows], y[rows]  # each texture is computed on its own images only
+        f, a, ph = _b(freq[rows]), _b(angle[rows]), _b(phase[rows]) * 2 * math.pi
+        sin_a, cos_a = ex.sincos(a)
+        along = cos_a * xs + sin_a * ys
+        across = cos_a * ys - sin_a * xs
+        if name == "striped":
+            t = (0.5 + sharp * ex.sin(f * along + ph)).clamp(0, 1)
         elif name == "dotted":
-            t = (0.5 + sharp * (torch.cos(f * along + ph) * torch.cos(f * across + ph) - 0.4) * 2).clamp(0, 1)
+            t = (0.5 + sharp * (ex.cos(f * along + ph) * ex.cos(f * across + ph) - 0.4) * 2).clamp(0, 1)
         elif name == "checked":
-            t = (0.5 + sharp * torch.sin(f * along + ph) * torch.sin(f * across + ph)).clamp(0, 1)
+            t = (0.5 + sharp * ex.sin(f * along + ph) * ex.sin(f * across + ph)).clamp(0, 1)
         elif name == "ringed":
-            t = (0.5 + sharp * torch.sin(f * torch.sqrt(x * x + y * y) + ph)).clamp(0, 1)
+            t = (0.5 + sharp * ex.sin(f * ex.sqrt(xs * xs + ys * ys) + ph)).clamp(0, 1)
         else:  # shaded: a two-colour gradient across the object
             t = (0.5 + 0.6 * along).clamp(0, 1)
-        out = torch.where(sel, t, out)
+        out[rows] = t
     return out
 
 
@@ -187,7 +187,7 @@ def paint_objects(img: torch.Tensor, family: torch.Tensor, tex: torch.Tensor, cx
         if not len(idx):
             continue
         dx, dy = xs.view(1, 1, -1) - _b(cx[idx]), xs.view(1, -1, 1) - _b(cy[idx])
-        c, s = _b(torch.cos(rot[idx])), _b(torch.sin(rot[idx]))
+        s, c = (_b(t) for t in ex.sincos(rot[idx]))
         sc, a = _b(scale[idx]), _b(aspect[idx])
         x = (c * dx + s * dy) / (sc * a)
         y = (c * dy - s * dx) * a / sc
@@ -289,7 +289,7 @@ def paint_bodies(img: torch.Tensor, rows: torch.Tensor, centre: torch.Tensor, un
     def rounded_box(cx: torch.Tensor, hw: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         qx = (x - cx).abs() - (hw - r)
         qy = (y - top - depth).abs() - (depth - r)
-        outside = torch.sqrt(qx.clamp(min=0) ** 2 + qy.clamp(min=0) ** 2)
+        outside = ex.sqrt(qx.clamp(min=0) ** 2 + qy.clamp(min=0) ** 2)
         return outside + torch.maximum(qx, qy).clamp(max=0) - r
 
     def paint(sd: torch.Tensor, colour: torch.Tensor) -> None:
@@ -328,9 +328,10 @@ def camera(img: torch.Tensor, angle: torch.Tensor, amount: torch.Tensor, noise: 
         noise: [n, 3, H, W] standard normal noise, scaled here by 0.02.
     """
     xs = grid(img.shape[-1])
-    along = _b(torch.cos(angle)) * xs.view(1, 1, -1) + _b(torch.sin(angle)) * xs.view(1, -1, 1)
+    sin_a, cos_a = ex.sincos(angle)
+    along = _b(cos_a) * xs.view(1, 1, -1) + _b(sin_a) * xs.view(1, -1, 1)
     img = img * (1 + _b(amount) * along).unsqueeze(1) + 0.02 * noise
-    return (img.clamp(0, 1) * 255).round().to(torch.uint8)
+    return ex.to_uint8(img)
 
 
 def union_area(boxes: torch.Tensor, present: torch.Tensor, clip: torch.Tensor) -> torch.Tensor:

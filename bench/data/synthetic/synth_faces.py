@@ -29,7 +29,7 @@ from bench.data.synthetic._face_render import _Renderer
 from bench.errors import BenchError
 from bench.randomness.seeding import derive_seed, make_generator
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 _CHUNK = 32
 

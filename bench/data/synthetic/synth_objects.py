@@ -26,16 +26,16 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import torch
-import torch.nn.functional as F
 
 from bench.core.registry import register_dataset
 from bench.data.base import Dataset, DataShape, ImageSet, Splits, SplitShape, cached_splits, fingerprint
 from bench.data.options import check_option_names, integer_option
+from bench.data.synthetic import _exact as ex
 from bench.errors import BenchError
 from bench.randomness import rng
 from bench.randomness.seeding import image_seeds
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 CLASSES = ("disc", "square", "triangle", "cross", "ring", "stripes", "star", "two_blobs", "crescent", "checker")
 SPLITS = ("train", "val", "test", "population")
@@ -166,7 +166,7 @@ def _render_split(seed: int, split: str, count: int, size: int, variation: float
     labels = split_labels(seed, split, padded)
     words = rng.words(image_seeds(seed, f"synth_objects/{split}/params", padded),
                       rng.counters((_N_UNIFORM + _N_NORMAL,), "cpu"))
-    u, z = rng.uniform(words[:, :_N_UNIFORM]), rng.normal(words[:, _N_UNIFORM:])
+    u, z = rng.uniform(words[:, :_N_UNIFORM]), ex.normal_from_words(words[:, _N_UNIFORM:])
     noise_seeds = image_seeds(seed, f"synth_objects/{split}/noise", padded).tolist()
     images = torch.empty(count, 3, size, size, dtype=torch.uint8)
     for start in range(0, count, _CHUNK):
@@ -209,7 +209,7 @@ def _hsv(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 def _box(x: torch.Tensor, y: torch.Tensor, bx: float, by: float) -> torch.Tensor:
     qx, qy = x.abs() - bx, y.abs() - by
-    outside = torch.sqrt(qx.clamp(min=0) ** 2 + qy.clamp(min=0) ** 2)
+    outside = ex.sqrt(qx.clamp(min=0) ** 2 + qy.clamp(min=0) ** 2)
     return outside + torch.maximum(qx, qy).clamp(max=0)
 
 
@@ -220,7 +220,7 @@ def _triangle(x: torch.Tensor, y: torch.Tensor, r: float) -> torch.Tensor:
     fold = px + k * py > 0
     px, py = torch.where(fold, (px - k * py) / 2, px), torch.where(fold, (-k * px - py) / 2, py)
     px = px - px.clamp(-2 * r, 0)
-    return -torch.sqrt(px * px + py * py) * torch.sign(py)
+    return -ex.sqrt(px * px + py * py) * torch.sign(py)
 
 
 def shape_sdf(family: int, x: torch.Tensor, y: torch.Tensor,
@@ -233,7 +233,7 @@ def shape_sdf(family: int, x: torch.Tensor, y: torch.Tensor,
         y: Object-frame coordinates [m, H, W].
         phase: [m, 1, 1] in [0, 1): where a pattern's stripes or squares start.
     """
-    r = torch.sqrt(x * x + y * y)
+    r = ex.sqrt(x * x + y * y)
     name = CLASSES[family]
     if name == "disc":
         return r - 0.8, None
@@ -250,17 +250,19 @@ def shape_sdf(family: int, x: torch.Tensor, y: torch.Tensor,
         t = torch.remainder(y + phase * period, period) - period / 2
         return torch.maximum(_box(x, y, 0.8, 0.8), t.abs() - 0.12), None
     if name == "star":
-        theta = torch.atan2(y, x)
-        lobe = (0.5 + 0.5 * torch.cos(5 * theta)) ** 2
+        c = torch.where(r > 0, x / r, 1.0).clamp_(-1, 1)  # cos(theta), theta = atan2(y, x)
+        c2 = c * c
+        cos5 = c * (5 + c2 * (16 * c2 - 20))  # cos(5 theta): the Chebyshev polynomial T5
+        lobe = (0.5 + 0.5 * cos5) ** 2
         return 0.7 * (r - (0.42 + 0.5 * lobe)), None
     if name == "two_blobs":
-        return torch.minimum(torch.sqrt((x - 0.45) ** 2 + y * y), torch.sqrt((x + 0.45) ** 2 + y * y)) - 0.42, None
+        return torch.minimum(ex.sqrt((x - 0.45) ** 2 + y * y), ex.sqrt((x + 0.45) ** 2 + y * y)) - 0.42, None
     if name == "crescent":
-        return torch.maximum(r - 0.8, 0.62 - torch.sqrt((x - 0.38) ** 2 + y * y)), None
+        return torch.maximum(r - 0.8, 0.62 - ex.sqrt((x - 0.38) ** 2 + y * y)), None
     if name == "checker":
         w = 2 * math.pi / 0.7
         shift = 2 * math.pi * phase
-        pattern = (0.5 + 4.0 * torch.sin(w * x + shift) * torch.sin(w * y + shift)).clamp(0, 1)
+        pattern = (0.5 + 4.0 * ex.sin(w * x + shift) * ex.sin(w * y + shift)).clamp(0, 1)
         return _box(x, y, 0.72, 0.72), pattern
     raise ValueError(f"unknown family {family}")
 
@@ -273,7 +275,7 @@ class _Objects:
                  colour2: torch.Tensor, phase: torch.Tensor):
         self.present, self.family = present, family
         self.cx, self.cy, self.scale, self.aspect = cx, cy, scale, aspect
-        self.cos, self.sin = torch.cos(rot), torch.sin(rot)
+        self.sin, self.cos = ex.sincos(rot)
         self.colour, self.colour2, self.phase = colour, colour2, phase
 
     def paint(self, img: torch.Tensor, xs: torch.Tensor, pixel: float) -> None:
@@ -340,7 +342,7 @@ def render(labels: torch.Tensor, u: torch.Tensor, z: torch.Tensor, noise_seeds: 
         (0.32 * v * (2 * u[:, m["cy"]] - 1)).clamp(-0.55, 0.55),
         0.56 * (1 + 0.3 * v * (2 * u[:, m["scale"]] - 1)).clamp(0.45, 1.5),
         math.pi * min(v, 1.0) * (2 * u[:, m["rot"]] - 1),
-        torch.exp((0.18 * v * (2 * u[:, m["aspect"]] - 1)).clamp(-0.4, 0.4)),
+        ex.exp((0.18 * v * (2 * u[:, m["aspect"]] - 1)).clamp(-0.4, 0.4)),
         colour, colour2, spread("phase", 0.5, 0.5),
     )
     main.paint(img, xs, pixel)
@@ -350,13 +352,13 @@ def render(labels: torch.Tensor, u: torch.Tensor, z: torch.Tensor, noise_seeds: 
     img = img * (1 + light.view(-1, 1, 1) * _along(angle, xs)).unsqueeze(1)
     sigma = 0.035 * v
     if sigma > 0:
-        noise = torch.empty(n, 3, size, size)
+        bits = torch.empty(n, 3, size, size, dtype=torch.int64)
         g = torch.Generator()
         for i in range(n):
             g.manual_seed(int(noise_seeds[i]))
-            torch.randn(3, size, size, generator=g, out=noise[i])
-        img = img + sigma * noise
-    return (img.clamp(0, 1) * 255).round().to(torch.uint8)
+            bits[i] = ex.random_bits((3, size, size), g)
+        img = img + sigma * ex.normal_from_bits(bits)
+    return ex.to_uint8(img)
 
 
 def _background(u: torch.Tensor, z: torch.Tensor, xs: torch.Tensor, v: float) -> torch.Tensor:
@@ -369,13 +371,14 @@ def _background(u: torch.Tensor, z: torch.Tensor, xs: torch.Tensor, v: float) ->
     t = 0.5 + 0.5 * _along(angle, xs)
     img = c0.view(-1, 3, 1, 1) + (c1 - c0).view(-1, 3, 1, 1) * t.unsqueeze(1)
     grid = z[:, 1 : 1 + 3 * _GRID * _GRID].reshape(n, 3, _GRID, _GRID)
-    img = img + 0.08 * v * F.interpolate(grid, size=(size, size), mode="bilinear", align_corners=False)
+    img = img + 0.08 * v * ex.resize_bilinear(grid, (size, size))
     freq = math.pi * (2 + 8 * u[:, b["freq"]])
     ga = math.pi * u[:, b["angle"]]
-    wave = torch.sin(freq.view(-1, 1, 1) * _along(ga, xs) + 2 * math.pi * u[:, b["gphase"]].view(-1, 1, 1))
+    wave = ex.sin(freq.view(-1, 1, 1) * _along(ga, xs) + 2 * math.pi * u[:, b["gphase"]].view(-1, 1, 1))
     return img + (0.06 * v * u[:, b["gamp"]]).view(-1, 1, 1, 1) * wave.unsqueeze(1)
 
 
 def _along(angle: torch.Tensor, xs: torch.Tensor) -> torch.Tensor:
     """Returns each pixel's coordinate along a direction per image: [n, H, W] for angles [n] and pixel centres xs."""
-    return torch.cos(angle).view(-1, 1, 1) * xs.view(1, 1, -1) + torch.sin(angle).view(-1, 1, 1) * xs.view(1, -1, 1)
+    s, c = ex.sincos(angle)
+    return c.view(-1, 1, 1) * xs.view(1, 1, -1) + s.view(-1, 1, 1) * xs.view(1, -1, 1)

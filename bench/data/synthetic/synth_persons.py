@@ -33,19 +33,19 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-import torch.nn.functional as F
 
 from bench.core.registry import register_dataset
 from bench.data.base import Dataset, ImageSet, Splits, cached_splits, fingerprint
 from bench.data.loaders._loaders import check_options, from_payload, person_size, to_payload
 from bench.data.loaders.market1501 import AGES, GENDERS
+from bench.data.synthetic import _exact as ex
 from bench.data.synthetic._person_draw import HEIGHT, WIDTH, _bernoulli, draw_people, draw_shots, junk_framing
 from bench.data.synthetic._person_render import render_all
 from bench.errors import BenchError
 from bench.randomness.seeding import make_generator
 
 #: Bump whenever the rendered images or the splits change for the same options.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 NUM_CAMS = 6
 JUNK_PID = -1
@@ -175,8 +175,7 @@ def _resize(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     out = []
     for start in range(0, len(images), 1024):
         x = images[start:start + 1024].float()
-        x = F.interpolate(x, size=size, mode="bilinear", antialias=True, align_corners=False)
-        out.append(x.round().clamp(0, 255).to(torch.uint8))
+        out.append(ex.resize_antialias(x, size).round_().clamp_(0, 255).to(torch.uint8))
     return torch.cat(out)
 
 
