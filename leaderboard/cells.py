@@ -75,6 +75,7 @@ CELL_COLUMNS = [
     "worst_group_privacy",
     "worst_group",
     "hardware",
+    "membership_clean",
 ]
 
 
@@ -367,9 +368,18 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
             "training_claim": training, "tuning_cost": tuning_cost, "source": _text(row.get("source"), "local"),
             "run_id": _text(row.get("run_id")), "cell_key": _text(row.get("cell_key")),
             "groups": groups, "worst_group_privacy": worst_privacy, "worst_group": worst_group,
-            "hardware": hardware_label(row),
+            "hardware": hardware_label(row), "membership_clean": _membership_clean(_mapping(row.get("attacks"))),
         })
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
+
+
+def _membership_clean(attacks: dict[str, Any] | None) -> dict[str, float]:
+    """The membership attacks' TPRs on the non-private model (``lira.tpr_at_fpr_0.01_clean`` ...; {} without)."""
+    metrics = (attacks or {}).get("membership")
+    if not isinstance(metrics, dict):
+        return {}
+    return {k: float(v) for k, v in metrics.items() if k.endswith("_clean") and ".tpr_at_fpr_" in k
+            and isinstance(v, (int, float)) and math.isfinite(v)}
 
 
 def most_common(values: Any) -> tuple[str, int]:

@@ -25,6 +25,7 @@ __all__ = [
     "hardware_mix",
     "hardware_note",
     "leaderboard_table",
+    "membership_baseline_text",
     "places_text",
     "privacy_text",
     "rank_label",
@@ -83,13 +84,47 @@ def board_power_text(board: Board) -> str:
     "" for a board with fewer than two ranked entries.
     """
     ranked = len(board.ranked)
+    baseline = membership_baseline_text(board)
     if ranked < 2:
-        return ""
+        return baseline
     if board.cannot_rank:
-        return (f"This board separates none of its {ranked} ranked entries (no pair differs at 5%), so it does not "
+        text = (f"This board separates none of its {ranked} ranked entries (no pair differs at 5%), so it does not "
                 f"rank them: rows are in order of mean and '{UNSEPARATED}' marks the shared place; "
                 f"{board.power.text()}.")
-    return f"{board.levels} rank levels among {ranked} ranked entries; {board.power.text()}."
+    else:
+        text = f"{board.levels} rank levels among {ranked} ranked entries; {board.power.text()}."
+    return f"{text} {baseline}" if baseline else text
+
+
+MEMBERSHIP_FPRS = (0.01, 0.001)
+"""False-positive rates at which a board states the membership attacks' reach on the non-private model."""
+
+
+def membership_baseline_text(board: Board) -> str:
+    """Says how far membership inference gets on the non-private model of a board's cells ('' without it).
+
+    The non-private model is trained on the clean images and shared by every cell of a seed,
+    so its TPRs are averaged over the board's cells: the distance from chance that every
+    entry's privacy score is measured against.
+    """
+    values: dict[tuple[str, float], list[float]] = {}
+    for metrics in board.cells.get("membership_clean", pd.Series(dtype=object)):
+        for attack in ("lira", "rmia"):
+            for fpr in MEMBERSHIP_FPRS:
+                value = (metrics if isinstance(metrics, dict) else {}).get(f"{attack}.tpr_at_fpr_{fpr:g}_clean")
+                if value is not None:
+                    values.setdefault((attack, fpr), []).append(float(value))
+    if not values:
+        return ""
+    parts = []
+    for attack in ("lira", "rmia"):
+        shown = [f"{sum(v) / len(v):.3f} at {100 * fpr:g}% FPR" for fpr in MEMBERSHIP_FPRS
+                 if (v := values.get((attack, fpr)))]
+        if shown:
+            parts.append(f"{attack.upper()} {', '.join(shown)}")
+    chance = ", ".join(f"{fpr:g}" for fpr in MEMBERSHIP_FPRS)
+    return (f"Membership inference on the non-private model (the reach every entry's privacy is measured against; "
+            f"chance is the FPR: {chance}): {'; '.join(parts)}.")
 
 
 def places_text(standing: Standing) -> str:

@@ -163,3 +163,21 @@ def test_the_board_power_script_prints_a_row_per_shipped_board(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line][1:]
     tasks = {json.loads(path.read_text(encoding="utf-8"))["cells"][0]["task"] for path in SHIPPED}
     assert sorted(row.split(" | ")[0][2:] for row in rows) == sorted(tasks)
+
+
+def test_a_membership_board_states_how_far_the_attacks_get_on_the_non_private_model():
+    from types import SimpleNamespace
+
+    from leaderboard.cells import _membership_clean
+    from leaderboard.table import membership_baseline_text
+
+    seeds = [{"membership": {"lira.tpr_at_fpr_0.01_clean": t1, "lira.tpr_at_fpr_0.001_clean": t01,
+                             "rmia.tpr_at_fpr_0.01_clean": t1 - 0.01, "lira.tpr_at_fpr_0.01": 0.5,
+                             "rmia.tpr_at_fpr_0.001_clean": float("nan")}}
+             for t1, t01 in ((0.10, 0.02), (0.14, 0.04))]
+    frame = pd.DataFrame({"membership_clean": [_membership_clean(a) for a in seeds]})
+    text = membership_baseline_text(SimpleNamespace(cells=frame))
+    assert text == ("Membership inference on the non-private model (the reach every entry's privacy is measured "
+                    "against; chance is the FPR: 0.01, 0.001): LIRA 0.120 at 1% FPR, 0.030 at 0.1% FPR; "
+                    "RMIA 0.110 at 1% FPR.")
+    assert membership_baseline_text(SimpleNamespace(cells=pd.DataFrame({"membership_clean": [{}]}))) == ""
