@@ -73,17 +73,21 @@ class PretrainedConfig:
 
 
 @lru_cache(maxsize=8)
-def _recognizer(backend: str, weights: str | None) -> Recognizer:
-    return load_recognizer(backend, weights)
+def _recognizer(backend: str, weights: str | None, device: str) -> Recognizer:
+    return load_recognizer(backend, weights, device)
 
 
-def recognizers(cfg: PretrainedConfig) -> list[Recognizer]:
-    """Returns the configured recognizers (loaded once per process).
+def recognizers(cfg: PretrainedConfig, device: str = "cpu") -> list[Recognizer]:
+    """Returns the configured recognizers (loaded once per process and device).
+
+    Args:
+        cfg: The pipeline's settings.
+        device: Where the recognizers' networks run (those that can run on it).
 
     Raises:
         BenchError: A missing package or weights file (one line naming it).
     """
-    return [_recognizer(b, cfg.weights_of(b)) for b in cfg.backends]
+    return [_recognizer(b, cfg.weights_of(b), str(device)) for b in cfg.backends]
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,7 @@ def embed(cfg: PretrainedConfig, images: torch.Tensor, ctx: RunContext, key: tup
             gallery's faces were); None: these images' own typical box, else the centred
             square.
     """
-    recs = recognizers(cfg)
+    recs = recognizers(cfg, ctx.device)
 
     def build() -> dict[str, Any]:
         ctx.log(f"face_reid_pretrained: embedding {len(images)} {what} images ({', '.join(cfg.backends)})")

@@ -4,8 +4,9 @@ A recognizer maps face images to L2-normalised embeddings without ever training 
 benchmark's data. Three backends sit behind one interface (:class:`Recognizer`):
 
 - ``dlib``: dlib's ResNet face descriptor (about 3 million faces; 99.38% on LFW), whose
-  weights ship inside the PyPI package ``face-recognition-models`` (run by ``dlib-bin``);
-  nothing to supply. Faces are aligned by dlib's own 5-point shape predictor.
+  weights ship inside the PyPI package ``face-recognition-models``; nothing to supply.
+  Faces are aligned by dlib's own 5-point shape predictor (``dlib-bin``); the network runs
+  as a torch port of dlib's (:mod:`bench.faces.dlib_torch`), batched, on the cell's device.
 - ``facenet``: facenet-pytorch's Inception-ResNet-v1 from a local state dict (VGGFace2 or
   CASIA-WebFace), on MTCNN's face box.
 - ``onnx``: an ONNX face recognizer from a local file through ``onnxruntime`` (the
@@ -26,13 +27,14 @@ from bench.faces.recognizer import BACKENDS, EXTRA, Recognizer, file_digest
 
 __all__ = ["BACKENDS", "EXTRA", "Recognizer", "file_digest", "load_recognizer"]
 
-def load_recognizer(name: str, weights: str | None = None) -> Recognizer:
+def load_recognizer(name: str, weights: str | None = None, device: str = "cpu") -> Recognizer:
     """Returns a backend, loaded from installed packages or a local file.
 
     Args:
         name: ``dlib``, ``facenet`` or ``onnx``.
         weights: The local weights file (``facenet``: a state dict; ``onnx``: a model);
             ``dlib`` takes none.
+        device: Where ``dlib``'s network runs (its torch port; alignment stays in dlib).
 
     Raises:
         BenchError: An unknown backend, a missing package or weights file, or a file that
@@ -41,7 +43,7 @@ def load_recognizer(name: str, weights: str | None = None) -> Recognizer:
     if name == "dlib":
         from bench.faces.dlib_resnet import DlibResNet
 
-        return DlibResNet()
+        return DlibResNet(device=device)
     if name in ("facenet", "onnx"):
         if not weights:
             what = "an Inception-ResNet-v1 state dict" if name == "facenet" else "an ONNX face recognizer"
