@@ -169,3 +169,55 @@ def test_trials_of_dead_workers_are_failed_and_leave_the_budget(tmp_path):
     states = {t.number: t.state for t in study.trials}
     assert states == {0: TrialState.FAIL, 1: TrialState.RUNNING, 2: TrialState.RUNNING}
     assert counted_trials(study) == 2
+
+
+@pytest.mark.slow
+def test_a_tune_killed_mid_trial_resumes_to_the_same_completed_study(tmp_path, warm_cache):
+    """kill -9 of a worker while its trial computes: the resumed study fails that trial and its MLflow run,
+    completes its budget, and computes no cell twice (issue 57)."""
+    import signal
+    import time
+
+    import optuna
+    from mlflow.tracking import MlflowClient
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+    from optuna.trial import TrialState
+
+    plugin = tmp_path / "tiny.py"
+    plugin.write_text(TINY)
+    results, journal = tmp_path / "results", tmp_path / "study.journal"
+    argv = tune_argv(results, warm_cache, journal, 2, "tiny_pixelate", "--mechanism-file", str(plugin))
+    victim = subprocess.Popen([*argv, "--sampler-seed", "0"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def study() -> optuna.Study:
+        return optuna.load_study(study_name="shared", storage=JournalStorage(JournalFileBackend(str(journal))))
+
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and victim.poll() is None:
+        if journal.exists() and any(t.state == TrialState.RUNNING and "cell_key" in t.user_attrs
+                                    for t in study().trials):
+            break
+        time.sleep(0.5)
+    assert victim.poll() is None, "the worker finished before it could be killed"
+    time.sleep(3)  # into the trial's cell
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    killed = [t.number for t in study().trials if t.state == TrialState.RUNNING]
+    assert killed, "the kill left no RUNNING trial to recover"
+
+    resumed = subprocess.run([*argv, "--sampler-seed", "1"], cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "left by killed processes marked FAILED" in resumed.stderr
+    trials = study().trials
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+    assert all(trials[n].state == TrialState.FAIL for n in killed)
+    counted = [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("bench.over_budget")]
+    assert len(counted) == 2
+    client = MlflowClient(tracking_uri=f"sqlite:///{(results / 'mlflow.db').resolve()}")
+    experiment = client.get_experiment_by_name("privbench").experiment_id
+    runs = client.search_runs([experiment])
+    assert not [r.info.run_id for r in runs if r.info.status == "RUNNING"]
+    finished = [r.data.tags["bench.cell_key"] for r in runs if r.info.status == "FINISHED"]
+    assert len(finished) == len(set(finished)), "a cell was computed twice"
