@@ -70,7 +70,7 @@ def test_an_honest_training_stays_under_its_claim(clipping):
     got, canaries = _audit(method, _coins())
     observed = _observed(method, canaries)
     assert got["epsilon_lower_bound"] <= 1.0
-    assert canaries.norm == pytest.approx(1.0)  # every tensor at C / sqrt(4): the full bound, per-layer too
+    assert canaries.norm == pytest.approx(1.0)  # the full bound C, per-layer too (C / sqrt(4) in each tensor)
     assert canaries.support == 4
     assert observed["observed.epsilon_low"] <= 1.0
     assert observed["observed.epsilon"] == pytest.approx(1.0, abs=0.2)

@@ -3,9 +3,10 @@
 A gradient canary is a training record whose gradient the auditor chooses: a "Dirac"
 vector, zero except at one coordinate in *every* parameter tensor (a coordinate of its own
 in a tensor with at least ``m`` elements; in a smaller tensor -- a bias, a LayerNorm, a
-class token -- a coordinate shared round-robin with other canaries), of value
-``a_k = min(C_k, C / sqrt(L))`` in tensor k of L, so its norm is the full bound C under both
-flat and per-layer clipping. Each canary is included by a seeded fair coin.
+class token -- a coordinate shared round-robin with other canaries), its norm the full
+bound C under both flat and per-layer clipping: under per-layer bounds ``C / sqrt(L)`` in
+each of the L tensors; under flat clipping 90% of the squared norm on its own coordinates
+and 10% on the shared ones (:func:`_values`). Each canary is included by a seeded fair coin.
 
 An included canary travels the path a record travels, so a fault on that path shows:
 
@@ -58,6 +59,26 @@ OVERSIZE = 10.0
 """A canary's per-sample gradient is this many times its clipped value: the clipping must do its job."""
 CHECKED_ROWS = 4
 """Training records of the first batch whose per-sample gradients are checked against autograd."""
+
+
+SHARED_SHARE = 0.1
+"""Under flat clipping, the share of a canary's squared norm in the tensors where it shares coordinates."""
+
+
+def _values(own: list[bool], bounds: list[float], total: float) -> list[float]:
+    """A canary's value in each tensor: its norm is ``total`` and no tensor's part exceeds that tensor's bound.
+
+    Under flat clipping (every tensor's bound is the total) the tensors where each canary has
+    a coordinate of its own carry 1 - :data:`SHARED_SHARE` of the squared norm, the shared ones
+    the rest: crosstalk between canaries in shared coordinates then costs the one-run scores
+    little, and every tensor still carries canaries. Under per-layer bounds each tensor
+    carries ``min(bound, total / sqrt(L))``.
+    """
+    count, mine = len(own), sum(own)
+    if any(b < total for b in bounds) or mine in (0, count):
+        return [float(min(b, total / math.sqrt(count))) for b in bounds]
+    return [total * math.sqrt((1.0 - SHARED_SHARE) / mine) if o else total * math.sqrt(SHARED_SHARE / (count - mine))
+            for o in own]
 
 
 class GradientCanaries:
@@ -126,16 +147,16 @@ class GradientCanaries:
             largest = max((p.numel() for p in params), default=0)
             raise ValueError(f"{self.m} gradient canaries need a parameter tensor of at least {self.m} elements; "
                              f"the largest has {largest}")
-        even = total_bound / math.sqrt(len(params))
+        values = _values([p.numel() >= self.m for p in params], bounds, total_bound)
         gen = make_generator(self.seed, "dp_vit", "canary coordinates")
         self._index, self._coords, self._values, slots, sizes, offset = [], [], [], [], [], 0
-        for p, bound in zip(params, bounds):
+        for p, value in zip(params, values):
             order = torch.randperm(p.numel(), generator=gen)
             index = order[:self.m] if p.numel() >= self.m else order[torch.arange(self.m) % p.numel()]
             coords, inverse = torch.unique(index, return_inverse=True)
             self._index.append(index.to(p.device))
             self._coords.append(coords.to(p.device))
-            self._values.append(float(min(bound, even)))
+            self._values.append(value)
             slots.append(inverse.numpy() + offset)
             sizes.append(len(coords))
             offset += len(coords)
