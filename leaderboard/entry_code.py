@@ -6,10 +6,13 @@ whose mechanism is not registered here, the text is written (once, by its digest
 folder of this user's and imported, as ``--mechanism-file`` would import it; so a submitted
 mechanism is verified, planned for staleness and recomputed like a built-in one.
 
-Loading runs the file's module-level code in this process, as ``bench run
---mechanism-file`` does: an entry's code is read by the maintainers before they commit the
-entry (docs/submitting.md). A text whose digest differs from the one it states is not loaded
-(the entry is then unverified: its mechanism is not registered).
+For a board (``build``, ``show``, ``serve``) loading runs the file's module-level code in
+this process, as ``bench run --mechanism-file`` does: an entry's code is read by the
+maintainers before they commit the entry (docs/submitting.md). ``bench leaderboard verify``,
+which runs the mechanism on data, loads it isolated instead (``isolated=True``:
+:mod:`bench.testing.isolated`, a worker process in a sandbox; the file is never imported
+here). A text whose digest differs from the one it states is not loaded (the entry is then
+unverified: its mechanism is not registered).
 """
 
 from __future__ import annotations
@@ -43,16 +46,19 @@ def _code_folder() -> Path:
     return Path(root) / "entry_code"
 
 
-def load_entry_code(entry: Mapping[str, Any]) -> str:
+def load_entry_code(entry: Mapping[str, Any], isolated: bool = False) -> str:
     """Registers an entry's carried mechanism when it is not registered here.
 
     Args:
         entry: The entry.
+        isolated: Register a proxy whose calls run in an isolated worker
+            (:func:`bench.testing.isolated.load_isolated`) instead of importing the file here.
 
     Returns:
-        "" when the mechanism is registered (already, or now), else why it could not be loaded.
+        "" when the mechanism is registered (already, or now), else why it could not be loaded
+        (a refusal by its sandbox too: :func:`bench.testing.isolated.raise_breach` raises it again).
     """
-    from bench.core.registry import load_file, mechanisms
+    from bench.core.registry import mechanisms
 
     name = str(entry.get("mechanism", ""))
     if name in mechanisms.list():
@@ -73,9 +79,23 @@ def load_entry_code(entry: Mapping[str, Any]) -> str:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
             os.replace(tmp, target)
-        registered = load_file(target)
+        registered = _load(target, isolated)
     except (OSError, BenchError) as exc:
         return f"the source of mechanism {name!r} the entry carries cannot be loaded: {exc}"
     if name not in registered and name not in mechanisms.list():
         return f"the source the entry carries does not register mechanism {name!r}"
     return ""
+
+
+def _load(path: Path, isolated: bool) -> list[str]:
+    """Imports the file here, or (``isolated``) registers its mechanisms' proxies; returns their names."""
+    from bench.core.registry import load_file
+
+    if not isolated:
+        return load_file(path)
+    from bench.testing.isolated import isolation_mode, load_isolated, registered_by
+
+    if isolation_mode() == "none":
+        return load_file(path)
+    load_isolated([path])
+    return registered_by([path])

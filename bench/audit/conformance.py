@@ -56,9 +56,13 @@ def register_audit_params(name: str, params: Mapping[str, Any]) -> None:
 
 
 def audit_params_for(cls: type[Mechanism]) -> dict[str, Any] | None:
-    """Returns the registered audit parameters of a mechanism class, looked up along its bases."""
-    for klass in cls.__mro__:
-        name = klass.__dict__.get("name")
+    """Returns the registered audit parameters of a mechanism class, looked up along its bases.
+
+    A class run in another process (:mod:`bench.testing.isolated`) names its real bases' registered
+    names in ``lineage``; they are looked up after its own bases.
+    """
+    names = [klass.__dict__.get("name") for klass in cls.__mro__] + list(getattr(cls, "lineage", ()) or ())
+    for name in names:
         if name and name in _AUDIT_PARAMS:
             return dict(_AUDIT_PARAMS[name])
     return None

@@ -23,9 +23,11 @@ def conformance(name: str) -> list[str]:
     Raises:
         BenchError: A check failed (each failure is printed on stderr first).
     """
+    from bench.testing.isolated import raise_breach
     from bench.testing.mechanisms import CHECKS, run_conformance
 
     failures = run_conformance(name)
+    raise_breach()  # an isolated mechanism refused by its sandbox: that, not the checks it broke off, is the error
     if failures:
         for failure in failures:
             print(f"[bench] conformance: {' '.join(failure.split())}", file=sys.stderr)

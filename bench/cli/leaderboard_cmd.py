@@ -304,18 +304,25 @@ def verify_cmd(args: argparse.Namespace) -> int:
     Raises:
         BenchError: The entry file is not an entry, or an option is invalid (before any work).
     """
+    from bench.testing.isolated import finish, raise_breach, refuse_on_breach
+    from leaderboard.entry_code import load_entry_code
+    from leaderboard.store import load_entry
+
+    path = find_entry(args, args.entry)
+    entry = load_entry(path)
+    with refuse_on_breach():  # a carried mechanism runs isolated: a refusal by its sandbox is the one error
+        load_entry_code(entry, isolated=True)  # a one-file mechanism it carries; else check_entry says it is not registered
+        raise_breach()
+        return _verify(args, path, entry, finish)
+
+
+def _verify(args: argparse.Namespace, path: Path, entry: dict, finish_isolated) -> int:
     from bench.storage.folders import check_writable_folder
     from bench.system.devices import resolve_device
     from leaderboard.exports import terminal_safe
     from leaderboard.reproduce import reproduce, sample_cells
-    from leaderboard.store import load_entry
     from leaderboard.verification import check_entry
 
-    from leaderboard.entry_code import load_entry_code
-
-    path = find_entry(args, args.entry)
-    entry = load_entry(path)
-    load_entry_code(entry)  # a one-file mechanism it carries; else check_entry says it is not registered
     count = len(entry["cells"]) if args.sample == "all" else _count("--sample", args.sample, 1)
     seed = _count("--seed", args.seed, 0)
     if args.device is not None:
@@ -332,10 +339,12 @@ def verify_cmd(args: argparse.Namespace) -> int:
     started = time.monotonic()
     results = reproduce(entry, cells, args.results_dir, args.cache_dir, data_root(args.data_root), args.device,
                         say=lambda line: print(line, file=sys.stderr, flush=True))
+    isolation = _isolation(str(entry.get("mechanism", "")))
+    finish_isolated()  # what the mechanism's worker did refuses it before anything is recorded
     for result in results:
         print("\n".join(terminal_safe(line) for line in result.lines()))
     matched = sum(r.status == "match" for r in results)
-    _record(path, entry, results, seed, time.monotonic() - started)
+    _record(path, entry, results, seed, time.monotonic() - started, isolation)
     print(f"{matched} of {len(results)} sampled cells match" + ("" if check.verified else "; the entry is unverified"))
     return 0 if check.verified and matched == len(results) else 1
 
@@ -352,8 +361,16 @@ def verify_estimate(cells: list) -> str:
             "(another machine may differ)")
 
 
-def _record(path: Path, entry: dict, results: list, seed: int, seconds: float) -> None:
-    """Writes the reproduction record beside the entry file, or says why it could not."""
+def _isolation(name: str) -> str:
+    """How the entry's mechanism ran: ``bwrap`` or ``process`` (its carried file, isolated), else ``none``."""
+    from bench.core.registry import mechanisms
+
+    worker = getattr(mechanisms.get(name), "isolated_worker", None) if name in mechanisms else None
+    return worker.mode if worker is not None else "none"
+
+
+def _record(path: Path, entry: dict, results: list, seed: int, seconds: float, isolation: str = "none") -> None:
+    """Writes the reproduction record beside the entry file (``code.isolation``: how its mechanism ran)."""
     import torch
 
     from bench.cell.provenance import cpu_model, git_sha, versions
@@ -364,7 +381,8 @@ def _record(path: Path, entry: dict, results: list, seed: int, seconds: float) -
              "torch": versions()["torch"]}
     try:
         record = write_record(path, entry, results, sample_seed=seed, hardware=facts,
-                              code={"git_sha": git_sha(), "privbench": versions()["privbench"]}, seconds=seconds)
+                              code={"git_sha": git_sha(), "privbench": versions()["privbench"], "isolation": isolation},
+                              seconds=seconds)
     except OSError as exc:
         print(f"[bench] warning: no reproduction record written beside {path}: {exc.strerror or exc}", file=sys.stderr)
         return

@@ -28,7 +28,6 @@ from bench.cli.grid_cmd import (
     add_executor_args,
     adjust_suite,
     executor_config,
-    load_plugins,
     placement,
     run_grid,
     split_names,
@@ -84,7 +83,18 @@ def entry_name_arg(text: str) -> str:
 
 
 def submit(args: argparse.Namespace) -> int:
-    """Checks, runs and writes the entry; prints where and the entry's leaderboard rows."""
+    """Checks, runs and writes the entry; prints where and the entry's leaderboard rows.
+
+    A ``--mechanism-file`` runs isolated (:func:`bench.cli.submit_gate.isolate_files`): a refusal by
+    its sandbox is the one error, whatever check or cell met it first.
+    """
+    from bench.testing.isolated import refuse_on_breach
+
+    with refuse_on_breach():
+        return _submit(args)
+
+
+def _submit(args: argparse.Namespace) -> int:
     from bench.cli.leaderboard_cmd import entry_folders
     from bench.cli.submit_plan import planned_cells_text
     from bench.core.registry import mechanisms
@@ -96,11 +106,10 @@ def submit(args: argparse.Namespace) -> int:
         from bench.cli.submit_refresh import refresh
 
         return refresh(args)
-    from bench.cli.submit_gate import isolate_files, submission_gate  # issue 62: the gate at the task's size
+    from bench.cli.submit_gate import finish_isolation, isolate_files, isolated_executor, submission_gate  # issue 62
 
     isolation = isolate_files(args, lambda n: adjust_suite(submission_suite(args.suite or "standard", n,
                                                                             split_names(args.task)), args))
-    load_plugins(args)
     names = split_names(args.mechanism)
     if not names or len(names) != 1:
         raise BenchError("bench submit needs exactly one --mechanism NAME")
@@ -125,8 +134,9 @@ def submit(args: argparse.Namespace) -> int:
     print(f"[bench] submit {name}: conformance passed ({len(checks)} checks); {len(cells)} cells of suite "
           f"{suite.name!r}" + (f", {len(entries)} entries (one per training method)" if len(entries) > 1 else ""),
           file=sys.stderr, flush=True)
-    summary = run_grid(cells, where, executor_config(args))
+    summary = run_grid(cells, where, isolated_executor(executor_config(args), isolation))
     print(summary.format(), file=sys.stderr)
+    finish_isolation(isolation)  # the file's worker ends here: what it did refuses it before an entry is written
     if summary.failed:
         raise BenchError(f"{len(summary.failed)} of {len(cells)} cells failed (listed above); no entry written, "
                          "rerun to retry them")
@@ -296,6 +306,9 @@ def mechanism_source(mechanism_cls: Any) -> dict[str, Any]:
     from bench.core.registry import is_file_module
     from leaderboard.entry_code import SOURCE_FIELD, source_record
 
+    isolated = getattr(mechanism_cls, "isolated_source", None)  # a file run in an isolated worker
+    if isolated is not None:
+        return {SOURCE_FIELD: source_record(isolated)}
     module = sys.modules.get(getattr(mechanism_cls, "__module__", ""))
     path = getattr(module, "__file__", None)
     if module is None or not path or not is_file_module(module.__name__):

@@ -13,12 +13,14 @@ benchmark of the suite a submission is ranked on:
    streams up to 16,384 images (:func:`bench.testing.release_checks.release_sweep`): no image
    as it came, none byte-equal to a clean image, none noised far less than the bulk.
 
-:func:`isolate_files` runs a ``--mechanism-file``'s checks in a bubblewrap sandbox before the
-file is imported here (:mod:`bench.testing.isolation`). Every refusal is one line (a BenchError).
+:func:`isolate_files` starts a ``--mechanism-file``'s isolated worker (:mod:`bench.testing.isolated`):
+the file is never imported here, every check above and every cell calls it there. Every
+refusal is one line (a BenchError).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass
@@ -27,7 +29,8 @@ from typing import Any
 
 from bench.errors import BenchError
 
-__all__ = ["GateData", "gate_data", "isolate_files", "submission_gate"]
+__all__ = ["GateData", "finish_isolation", "gate_data", "isolate_files", "isolated_executor", "load_files",
+           "submission_gate"]
 
 _LOADED: dict[tuple, GateData] = {}
 """Benchmark data already loaded in this process (the sandbox and the gate read the same)."""
@@ -178,34 +181,74 @@ def _fitted_claim(name: str, params: dict[str, Any]) -> bool:
 
 
 def isolate_files(args, suite_of) -> dict[str, Any] | None:
-    """Runs ``--mechanism-file`` files' checks in a sandbox, before they are imported into this process.
+    """Registers a ``--mechanism-file``'s mechanisms as proxies of an isolated worker, before anything else runs.
+
+    The file is never imported into this process: its import and every later call into its
+    code (the conformance checks, the audits, the checks below, the cells) run in one worker
+    process, in a bubblewrap sandbox where the machine allows it (:mod:`bench.testing.isolated`).
 
     Args:
         args: ``bench submit``'s command line (``mechanism_file``, ``mechanism``).
         suite_of: Returns the submission suite for the mechanism's name (needs no registered mechanism);
-            called first, so that a bad option is refused before the sandbox starts.
+            called first, so that a bad option is refused before the worker starts.
 
     Returns:
-        What the entry records as ``isolation``, or None without mechanism files.
+        What the entry records as ``isolation`` (:func:`load_files`), or None without mechanism files.
 
     Raises:
-        BenchError: The mechanism was refused in the sandbox (one line).
+        BenchError: The file cannot be loaded in its worker, or was refused there (one line).
     """
-    import torch
+    if not args.mechanism_file:
+        return None
+    name = (args.mechanism or "").split(",")[0].strip()
+    suite_of(name)  # a bad suite or option is refused before the worker starts
+    return load_files(args, f"submit {name}")
 
-    from bench.testing.isolation import sandbox_probe
-    from bench.testing.sized import SizedTarget
+
+def load_files(args, who: str = "submit") -> dict[str, Any] | None:
+    """Loads the ``--mechanism-file`` files isolated (``$BENCH_ISOLATION``, :mod:`bench.testing.isolated`).
+
+    Returns:
+        What an entry records as ``isolation``: ``kind`` ``bwrap`` or ``process`` (a worker process), or
+        ``none`` where ``$BENCH_ISOLATION=none`` has the files imported here; None without files.
+
+    Raises:
+        BenchError: A file cannot be loaded, or was refused by its sandbox (one line).
+    """
+    from bench.core.registry import load_mechanism_file
+    from bench.testing.isolated import isolation_mode, load_isolated
 
     files = [Path(p) for p in args.mechanism_file]
     if not files:
         return None
-    name = (args.mechanism or "").split(",")[0].strip()
-    suite_of(name)  # a bad suite or option is refused before the sandbox starts
-    # Random images of the suite's small shape: nothing is loaded or written before conformance passes
-    # (the benchmark's own size is checked in this process, by submission_gate).
-    small = SizedTarget("probe", 3, 32, 24, 16)
-    images = torch.randint(0, 256, small.shape, generator=torch.Generator().manual_seed(62), dtype=torch.uint8)
-    shown = [(small, images)]
-    print(f"[bench] submit {name}: checking {', '.join(p.name for p in files)} in a sandbox "
-          f"(no network, read-only files, home watched)", file=sys.stderr, flush=True)
-    return sandbox_probe(files, name, shown)
+    shown = ", ".join(p.name for p in files)
+    mode = isolation_mode()
+    if mode == "none":
+        print(f"[bench] {who}: warning: BENCH_ISOLATION=none: {shown} runs in PrivBench's own process "
+              "(isolation: none)", file=sys.stderr, flush=True)
+        for path in files:
+            load_mechanism_file(path)
+        return {"kind": "none", "reason": "BENCH_ISOLATION=none"}
+    print(f"[bench] {who}: {shown} runs in an isolated worker process (no network, read-only files, home watched)",
+          file=sys.stderr, flush=True)
+    return load_isolated(files, mode)
+
+
+def isolated_executor(config, isolation: dict[str, Any] | None):
+    """Returns the executor configuration whose workers load the files as ``isolation`` says."""
+    if isolation is None or isolation.get("kind") == "none":
+        return config
+    return dataclasses.replace(config, isolation=isolation["kind"])
+
+
+def finish_isolation(isolation: dict[str, Any] | None) -> None:
+    """Ends the isolated workers once the cells are done, before an entry is written.
+
+    Raises:
+        IsolationBreach: A worker did or left what refuses its mechanism (one line).
+    """
+    from bench.testing.isolated import finish, raise_breach
+
+    if isolation is not None and isolation.get("kind") != "none":
+        finish()
+    raise_breach()

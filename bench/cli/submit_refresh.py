@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.cli.grid_cmd import executor_config, load_plugins, placement, run_grid, split_names
+from bench.cli.grid_cmd import executor_config, placement, run_grid, split_names
 from bench.errors import BenchError
 from bench.system import precision
 
@@ -63,7 +63,9 @@ def refresh(args: argparse.Namespace) -> int:
     if given:
         raise BenchError(f"--refresh recomputes the cells each entry declares, so {', '.join(given)} cannot change "
                          "them; select entries with --name or --mechanism only")
-    load_plugins(args)
+    from bench.cli.submit_gate import finish_isolation, isolated_executor, load_files
+
+    isolation = load_files(args, "submit --refresh")  # a --mechanism-file runs isolated, as in submit
     folders = entry_folders(args)  # the user's entries only: the shipped baselines are read-only
     folder = folders.folder
     if not folder.is_dir():
@@ -77,8 +79,9 @@ def refresh(args: argparse.Namespace) -> int:
     for item in todo:
         print(f"[bench] submit --refresh: {item.entry['name']}: {item.why}", file=sys.stderr, flush=True)
     cells = list({c.key: c for item in todo for c in item.stale.values()}.values())
-    summary = run_grid(cells, where, executor_config(args))
+    summary = run_grid(cells, where, isolated_executor(executor_config(args), isolation))
     print(summary.format(), file=sys.stderr)
+    finish_isolation(isolation)
     if summary.failed:
         raise BenchError(f"{len(summary.failed)} of {len(cells)} cells failed (listed above); no entry rewritten, "
                          "rerun to retry them")

@@ -48,6 +48,8 @@ class ExecutorConfig:
             training uses every GPU it sees).
         plugin_files: Python files registering mechanisms, loaded in every worker.
         verbose: Print the runner's progress lines.
+        isolation: How the plugin files run: "" imported into each worker, ``bwrap`` or ``process``
+            in an isolated worker process of their own (:mod:`bench.testing.isolated`; ``bench submit``).
     """
 
     kind: str = "local"
@@ -56,6 +58,7 @@ class ExecutorConfig:
     gpus_per_cell: int = 1
     plugin_files: tuple[Path, ...] = ()
     verbose: bool = False
+    isolation: str = ""
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,7 @@ def default_cpu_workers() -> int:
 
 
 def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[str], None] | None = None,
-                 progress: Callable[..., Any] | None = None) -> CellOutcome:
+                 progress: Callable[..., Any] | None = None, isolation: str = "") -> CellOutcome:
     """Computes and logs one cell unless a FINISHED run of it exists; never raises for a failing cell.
 
     The cell takes the one path of :func:`bench.cell.run.execute` (cell lock, orphan check,
@@ -128,6 +131,8 @@ def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[s
     Args:
         cell: The cell.
         plugin_files: Files registering mechanisms, imported first.
+        isolation: "" to import them here, ``bwrap`` or ``process`` to run them isolated
+            (:func:`bench.testing.isolated.load_isolated`: the worker this process already has, else a new one).
         log: Progress lines of the runner (the stage the cell enters).
         progress: Wraps the cell's long loops.
 
@@ -143,8 +148,13 @@ def execute_cell(cell: Cell, plugin_files: Sequence[Path] = (), log: Callable[[s
     config = cell.config
     tracker = None
     try:
-        for path in plugin_files:
-            load_file(path)
+        if isolation and plugin_files:
+            from bench.testing.isolated import load_isolated
+
+            load_isolated(plugin_files, isolation)
+        else:
+            for path in plugin_files:
+                load_file(path)
         tracker = open_tracker(config.results_dir, config.tracking_uri)
         planned = plan(config)
         if planned.key != cell.key:
@@ -206,13 +216,13 @@ def _run_local(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[Cel
     if display is None:
         log = _printer("") if config.verbose else None
         for cell in cells:
-            on_done(execute_cell(cell, config.plugin_files, log))
+            on_done(execute_cell(cell, config.plugin_files, log, isolation=config.isolation))
         return
     emitter = display.emitter(0)
     for cell in cells:
         emitter.start(cell.label)
         try:
-            outcome = execute_cell(cell, config.plugin_files, emitter.log, emitter.progress)
+            outcome = execute_cell(cell, config.plugin_files, emitter.log, emitter.progress, config.isolation)
         finally:
             emitter.end()
         on_done(outcome)
@@ -279,15 +289,15 @@ def _init_worker(queue: Any, verbose: bool, events: Any = None, parent_pid: int 
         torch.set_num_interop_threads(1)
 
 
-def _worker_cell(cell: Cell, plugin_files: tuple[Path, ...], verbose: bool) -> CellOutcome:
+def _worker_cell(cell: Cell, plugin_files: tuple[Path, ...], verbose: bool, isolation: str = "") -> CellOutcome:
     assert _SLOT is not None
     cell = dataclasses.replace(cell, config=dataclasses.replace(cell.config, device=_SLOT.device))
     if _EMITTER is None:
         prefix = f" gpu {_SLOT.visible_gpu}" if _SLOT.visible_gpu is not None else f" pid {os.getpid()}"
-        return execute_cell(cell, plugin_files, _printer(prefix) if verbose else None)
+        return execute_cell(cell, plugin_files, _printer(prefix) if verbose else None, isolation=isolation)
     _EMITTER.start(cell.label)
     try:
-        return execute_cell(cell, plugin_files, _EMITTER.log, _EMITTER.progress)
+        return execute_cell(cell, plugin_files, _EMITTER.log, _EMITTER.progress, isolation)
     finally:
         _EMITTER.end()
 
@@ -308,7 +318,8 @@ def _run_processes(cells: list[Cell], config: ExecutorConfig, on_done: Callable[
                                initargs=(queue, config.verbose, events, os.getpid()))
     try:
         with exit_on_signals():  # SIGTERM/SIGHUP reach the teardown below instead of ending this process
-            futures = {pool.submit(_worker_cell, cell, config.plugin_files, config.verbose): cell for cell in cells}
+            futures = {pool.submit(_worker_cell, cell, config.plugin_files, config.verbose, config.isolation): cell
+                       for cell in cells}
             waiting = set(futures)
             while waiting:
                 finished, waiting = wait(waiting, timeout=0.25 if display is not None else None,
@@ -338,7 +349,7 @@ def _sweep_orphans(cell: Cell) -> int:
 # --- ray ------------------------------------------------------------------------------------
 
 
-def _ray_cell(cell: Cell, shipped: Any, device: str, verbose: bool) -> CellOutcome:
+def _ray_cell(cell: Cell, shipped: Any, device: str, verbose: bool, isolation: str = "") -> CellOutcome:
     from bench.scale.raycluster import enter_worker
 
     plugin_files = enter_worker(shipped)  # the shipped copies (see bench.scale.raycluster)
@@ -347,7 +358,7 @@ def _ray_cell(cell: Cell, shipped: Any, device: str, verbose: bool) -> CellOutco
 
         torch.set_num_threads(1)
     cell = dataclasses.replace(cell, config=dataclasses.replace(cell.config, device=device))
-    return execute_cell(cell, plugin_files, _printer(f" ray {os.getpid()}") if verbose else None)
+    return execute_cell(cell, plugin_files, _printer(f" ray {os.getpid()}") if verbose else None, isolation=isolation)
 
 
 def _run_ray(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[CellOutcome], None]) -> None:
@@ -377,7 +388,7 @@ def _run_ray(cells: list[Cell], config: ExecutorConfig, on_done: Callable[[CellO
                   flush=True)
             remote = ray.remote(num_gpus=config.gpus_per_cell if gpu else 0, num_cpus=1)(_ray_cell)
             device = "cuda" if gpu else "cpu"
-            refs = {remote.remote(cell, shipped, device, config.verbose): cell for cell in cells}
+            refs = {remote.remote(cell, shipped, device, config.verbose, config.isolation): cell for cell in cells}
             waiting = list(refs)
             while waiting:
                 ready, waiting = ray.wait(waiting, num_returns=1)

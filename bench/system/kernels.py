@@ -81,6 +81,11 @@ def using(path: str) -> Iterator[None]:
         _path_here.reset(token)
 
 
+def path_in_force() -> str | None:
+    """Returns the path an enclosing :func:`using` set (``"compiled"`` or ``"eager"``), or None outside any."""
+    return _path_here.get()
+
+
 @contextlib.contextmanager
 def deciding(device: torch.device | str, values: int) -> Iterator[None]:
     """Runs the kernels called inside on the path :func:`choose` picks for ``values``, unless an outer

@@ -131,6 +131,23 @@ def apply_case(mech: Mechanism, case: Case, images: torch.Tensor | None = None, 
     return mech.apply(images, generator=streams, boxes=boxes)
 
 
+def checked_in_worker(check: str, name: str, params: Mapping[str, Any] | None,
+                      device: str | torch.device | None) -> bool:
+    """Runs ``check`` inside the worker of an isolated mechanism (:mod:`bench.testing.isolated`); False for others.
+
+    The checks that look at a mechanism's own memory, and the one whose noise probe its file
+    may declare, cannot see it across a process: they run next to it, on its real class.
+
+    Raises:
+        ConformanceError: The check failed in the worker.
+    """
+    remote = getattr(mechanisms.get(name), "isolated_check", None)
+    if remote is None:
+        return False
+    remote(check, params, device, _shapes.get())
+    return True
+
+
 def check_devices(device: str | torch.device | None) -> list[torch.device]:
     """Returns the devices to check on: ``device``, else the CPU and CUDA where present."""
     if device is not None:

@@ -10,7 +10,15 @@ from scipy import stats
 
 from bench.audit.conformance import conformance_audit
 from bench.randomness.streams import Streams
-from bench.testing._mechanism_cases import SEED, build_mechanism, check_devices, failure, fitted_mechanism, public_set
+from bench.testing._mechanism_cases import (
+    SEED,
+    build_mechanism,
+    check_devices,
+    checked_in_worker,
+    failure,
+    fitted_mechanism,
+    public_set,
+)
 from bench.testing.noise_probes import noise_probe_for, rounded_cdf
 
 KS_ALPHA = 1e-4
@@ -19,6 +27,8 @@ KS_ALPHA = 1e-4
 
 def check_claimed_noise(name: str, params: Mapping[str, Any] | None = None, device: str | torch.device | None = None) -> None:
     """The noise a claimed mechanism adds has the distribution and scale its claim implies (KS test)."""
+    if checked_in_worker("claimed_noise", name, params, device):
+        return
     cls, mech = build_mechanism(name, params)
     probe = noise_probe_for(cls)
     if probe is None:

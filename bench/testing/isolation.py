@@ -1,23 +1,20 @@
-"""A submitted mechanism file checked in a sandbox (bubblewrap) before it runs in PrivBench's process.
+"""The sandbox an isolated mechanism's worker runs in (bubblewrap), and what it watches.
 
-:func:`sandbox_probe` runs :mod:`bench.testing.isolation_probe` (the file imported, the
-conformance checks but the audit, the checks at each benchmark's size, one release batch
-per benchmark and configuration) under ``bwrap``:
+:class:`Sandbox` prepares, for one worker process of :mod:`bench.testing.isolated`:
 
-- no network (``--unshare-all``: network, IPC, PID, UTS, cgroup and user namespaces);
-- the whole filesystem read-only (the repository, the virtual environment, the results);
-- ``/tmp`` a fresh folder of the host's, holding the mechanism's private writable folder
-  ``/tmp/mech`` (its working directory and ``TMPDIR``; the file is copied there);
-- the user's home (``$HOME`` and the account's home) a folder of canary files the host
-  watches with inotify.
+- with ``bwrap`` (Debian package bubblewrap): no network (``--unshare-all``: network, IPC,
+  PID, UTS, cgroup and user namespaces); the whole filesystem read-only (the repository, the
+  virtual environment, the results); ``/tmp`` a fresh folder of the host's holding the
+  mechanism's private writable folder (its working directory and ``TMPDIR``, where its file
+  is copied); the user's home (``$HOME`` and the account's home) a folder of canary files the
+  host watches with inotify; an environment of a few named variables (no tokens, no paths of
+  the caller's);
+- without it (``process``): the same private folder, canary home (``$HOME``) and environment,
+  in a plain child process: nothing stops a write or a connection, only the worker's audit
+  hook (:mod:`bench.testing.isolation_worker`) reports those it sees.
 
-A mechanism that opens anything in the home, or leaves anything in ``/tmp`` outside its
-folder or in the home, is refused; one that writes elsewhere gets a read-only file system
-error, which fails the probe. What is not isolated: after the probe passes the file is
-imported into PrivBench's own process and the cells, the audits and the release checks
-run it there, unsandboxed (a mechanism that behaves differently when it sees a sandbox is
-not caught). Where ``bwrap`` is missing or cannot create namespaces the probe is skipped
-with one warning line and the entry records ``isolation: none``.
+:meth:`Sandbox.findings` says what the worker did that refuses it: a canary home opened, read,
+listed or written, or (with bwrap) anything left in its ``/tmp`` outside its folder.
 """
 
 from __future__ import annotations
@@ -27,35 +24,27 @@ import ctypes.util
 import json
 import os
 import pwd
+import secrets
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
-import torch
-
-from bench.errors import BenchError
-from bench.testing.sized import SizedTarget
-
-__all__ = ["CANARIES", "SANDBOX_TIMEOUT_S", "bwrap_usable", "sandbox_probe"]
-
-SANDBOX_TIMEOUT_S = 1800
-"""Longest the sandboxed probe may run."""
+__all__ = ["CANARIES", "ENV_PASSED", "Sandbox", "bwrap_usable"]
 
 CANARIES = (".bashrc", ".netrc", ".ssh/id_ed25519", ".config/bench/token")
 """Files the sandbox's home holds, so that reading the usual secrets is an event to see."""
+ENV_PASSED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH", "GLIBC_TUNABLES", "BENCH_COMPILE",
+              "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+              "CUBLAS_WORKSPACE_CONFIG", "CC", "CXX")
+"""The caller's environment variables a worker sees (the others, tokens among them, it does not)."""
 
 _IN_ACCESS, _IN_MODIFY, _IN_OPEN, _IN_CREATE, _IN_MOVED_TO = 0x1, 0x2, 0x20, 0x100, 0x80
-_DENIED = ("Errno", "Read-only file system", "Permission denied", "Network is unreachable", "crashed with OSError",
-           "crashed with PermissionError")
-"""Failures in the sandbox that are the sandbox refusing something (a write, a connection), not a check failing."""
 _ENV_DIRS = ("TMPDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR", "TORCH_HOME", "TORCHINDUCTOR_CACHE_DIR",
-             "TRITON_CACHE_DIR", "HF_HOME")
+             "TRITON_CACHE_DIR", "HF_HOME", "CUDA_CACHE_PATH", "NUMBA_CACHE_DIR", "PYTORCH_KERNEL_CACHE_PATH")
+"""Variables that point the libraries' caches and configuration into the private folder."""
 
 
 def bwrap_usable() -> str | None:
@@ -63,15 +52,18 @@ def bwrap_usable() -> str | None:
     exe = shutil.which("bwrap")
     if exe is None:
         return "bwrap (Debian package bubblewrap) is not installed"
-    done = subprocess.run([exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    try:
+        done = subprocess.run([exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+                              capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap cannot run here: {exc}"
     if done.returncode != 0:
         return f"bwrap cannot create a sandbox here: {' '.join(done.stderr.split()) or f'exit {done.returncode}'}"
     return None
 
 
 class _Watch:
-    """inotify watches on a folder tree: which paths were opened, read or written (None where inotify is missing)."""
+    """inotify watches on a folder tree: which paths were opened, read or written (none where inotify is missing)."""
 
     def __init__(self, root: Path):
         self.fd, self.paths = -1, {}
@@ -79,7 +71,7 @@ class _Watch:
         if not name:
             return
         self.libc = ctypes.CDLL(name, use_errno=True)
-        self.fd = self.libc.inotify_init1(os.O_NONBLOCK)
+        self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         mask = _IN_ACCESS | _IN_MODIFY | _IN_OPEN | _IN_CREATE | _IN_MOVED_TO
         for folder in [root, *sorted(p for p in root.rglob("*") if p.is_dir())]:
             wd = self.libc.inotify_add_watch(self.fd, str(folder).encode(), mask)
@@ -87,7 +79,7 @@ class _Watch:
                 self.paths[wd] = folder
 
     def events(self) -> list[str]:
-        """Returns the paths touched since the watch began (a folder itself when it was listed)."""
+        """Returns the paths touched since the last call (a folder itself when it was listed)."""
         if self.fd < 0:
             return []
         found, buffer = [], ctypes.create_string_buffer(1 << 16)
@@ -101,9 +93,13 @@ class _Watch:
                 leaf = raw[at + 16: at + 16 + length].rstrip(b"\0").decode(errors="replace")
                 found.append(str(self.paths.get(wd, Path("?")) / leaf) if leaf else str(self.paths.get(wd, "?")))
                 at += 16 + length
-        os.close(self.fd)
-        self.fd = -1
         return found
+
+    def close(self) -> None:
+        """Stops watching."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def _homes() -> list[str]:
@@ -113,7 +109,7 @@ def _homes() -> list[str]:
 
 
 def _kept_inside(home: str) -> list[str]:
-    """Returns the folders the sandboxed Python needs that lie inside ``home`` (shown read-only over the canaries)."""
+    """Returns the folders the worker's Python needs that lie inside ``home`` (shown read-only over the canaries)."""
     source = Path(__file__).resolve().parents[2]  # the folder holding PrivBench's packages
     needed = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.path.dirname(sys.executable), source)}
     return sorted(p for p in needed if p.startswith(home.rstrip("/") + "/"))
@@ -129,113 +125,119 @@ def _plant(home: Path, homes: list[str]) -> None:
         path.write_text("canary: a benchmark mechanism has no business reading this\n", encoding="utf-8")
 
 
-def _command(root: Path, homes: list[str], spec: Path) -> list[str]:
-    tmp, mech = root / "tmp", "/tmp/mech"
-    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent",
-           "--new-session", "--bind", str(tmp), "/tmp"]
-    for kept in _kept_inside("/tmp"):  # the interpreter, its venv or PrivBench itself under /tmp (a clone there)
-        cmd += ["--ro-bind", kept, kept]
-    for home in homes:  # a home inside /tmp (inside such a clone, say): its watched copy on top again
-        if home.startswith("/tmp/"):
-            cmd += ["--bind", str(tmp / Path(home).relative_to("/tmp")), home]
-    for home in homes:
-        if home.startswith("/tmp/") or home == "/tmp":
-            continue  # already replaced by the sandbox's own /tmp
-        cmd += ["--bind", str(root / "home"), home]
-        for kept in _kept_inside(home):  # the interpreter or PrivBench itself installed in the home (pyenv)
-            cmd += ["--ro-bind", kept, kept]
-    cmd += ["--chdir", mech, "--setenv", "HOME", homes[0] if homes else "/tmp/home"]
-    for var in _ENV_DIRS:
-        cmd += ["--setenv", var, mech]
-    return cmd + ["--", sys.executable, "-I", "-B", "-m", "bench.testing.isolation_probe", str(spec)]
-
-
-def _leftovers(tmp: Path, homes: list[str]) -> list[str]:
-    """Returns what the sandboxed process left in its /tmp outside its own folder (and a home there, watched apart)."""
-    skip = {"mech", *(Path(h).relative_to("/tmp").parts[0] for h in homes if h.startswith("/tmp/"))}
-    return sorted(f"/tmp/{p.relative_to(tmp)}" for p in tmp.rglob("*")
-                  if p.relative_to(tmp).parts[0] not in skip and not p.is_dir())
-
-
-def sandbox_probe(files: Sequence[Path], mechanism: str, targets: Sequence[tuple[SizedTarget, torch.Tensor]],
-                  params: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-    """Runs a mechanism file's checks in a bwrap sandbox; returns what the entry records as ``isolation``.
+class Sandbox:
+    """The folders, command and watches of one worker process.
 
     Args:
-        files: The ``--mechanism-file`` files (copied into the sandbox's private folder).
-        mechanism: The mechanism they register.
-        targets: Each benchmark's shape and a batch of its clean images (released once per configuration).
-        params: The declared configurations (default: the mechanism's conformance parameters).
-
-    Returns:
-        ``{"kind": "bwrap", ...}`` with what ran inside, or ``{"kind": "none", "reason": ...}``
-        (after one warning line on stderr) where bwrap is missing or cannot sandbox.
-
-    Raises:
-        BenchError: The mechanism read the home, wrote outside its folder, or failed a check in the sandbox.
+        mode: ``bwrap`` (a bubblewrap sandbox) or ``process`` (a plain child process).
     """
-    why = bwrap_usable()
-    if why is not None:
-        print(f"[bench] submit: warning: {why}; the mechanism file runs without isolation (isolation: none)",
-              file=sys.stderr, flush=True)
-        return {"kind": "none", "reason": why}
-    with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as work:
-        root = Path(work)
-        mech, home = root / "tmp" / "mech", root / "home"
-        mech.mkdir(parents=True)
-        for kept in _kept_inside("/tmp"):  # their mount points in the sandbox's /tmp
-            (root / "tmp" / os.path.relpath(kept, "/tmp")).mkdir(parents=True, exist_ok=True)
-        homes = _homes()
-        _plant(home, homes)
-        for h in homes:  # a home inside /tmp lives inside the sandbox's /tmp
-            if h.startswith("/tmp/"):
-                shutil.copytree(home, root / "tmp" / Path(h).relative_to("/tmp"), dirs_exist_ok=True)
-        copied = []
-        for k, path in enumerate(files):
-            target = mech / f"{k}_{Path(path).name}"
-            shutil.copyfile(path, target)
-            copied.append(f"/tmp/mech/{target.name}")
-        shown = []
-        for k, (target, images) in enumerate(targets):
-            torch.save(images.contiguous().clone(), mech / f"images{k}.pt")
-            shown.append({"target": asdict(target), "images": f"/tmp/mech/images{k}.pt"})
-        spec = mech / "spec.json"
-        spec.write_text(json.dumps({"files": copied, "mechanism": mechanism, "targets": shown,
-                                    "params": [dict(p) for p in params]}, default=str), encoding="utf-8")
-        watches = [_Watch(home)] + [_Watch(root / "tmp" / Path(h).relative_to("/tmp"))
-                                    for h in homes if h.startswith("/tmp/")]
-        done = subprocess.run(_command(root, homes, Path("/tmp/mech/spec.json")), capture_output=True, text=True,
-                              timeout=SANDBOX_TIMEOUT_S, check=False)
-        touched = [e for w in watches for e in w.events()]
-        left = _leftovers(root / "tmp", homes)
-    if touched:
-        raise BenchError(f"submit {mechanism}: isolation: the mechanism read or wrote the user's home in the sandbox "
-                         f"(first: {touched[0].replace(str(home), homes[0] if homes else '~')}); refused")
-    if left:
-        raise BenchError(f"submit {mechanism}: isolation: the mechanism wrote outside its private folder in the "
-                         f"sandbox (first: {left[0]}); refused")
-    result = _result(done)
-    if result is None:
-        tail = " ".join((done.stderr or "").strip().splitlines()[-1:]) or f"exit {done.returncode}"
-        raise BenchError(f"submit {mechanism}: isolation: the sandboxed checks did not finish ({tail})")
-    denied = [f for f in result["failures"] if any(k in f for k in _DENIED)]
-    if denied:  # other failures are the conformance suite's to report, in full, once the file is loaded
-        first = " ".join(str(denied[0]).split())
-        raise BenchError(f"submit {mechanism}: isolation: in the sandbox, {first}"
-                         + (f" (and {len(denied) - 1} more)" if len(denied) > 1 else ""))
-    return {"kind": "bwrap", "network": "none", "filesystem": "read-only but a private /tmp/mech; home: watched canaries",
-            "isolated": "the file's import, the conformance checks but the audit, and their batch checks and one "
-                        "release batch at the probe's sizes",
-            "not_isolated": "the cells, the audits, the checks at each benchmark's size and the release checks "
-                            "(in PrivBench's process)"}
 
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.root = Path(tempfile.mkdtemp(prefix="bench-isolated-"))
+        self.homes = _homes()
+        self.home = self.root / "home"
+        name = f"bench-{secrets.token_hex(4)}"  # an ordinary temporary folder's name, no sign of a probe
+        if mode == "bwrap":
+            self.tmp = self.root / "tmp"
+            self.private = self.tmp / name
+            self.inside = f"/tmp/{name}"
+        else:
+            self.tmp = None
+            self.private = self.root / name
+            self.inside = str(self.private)
+        self.private.mkdir(parents=True)
+        _plant(self.home, self.homes if mode == "bwrap" else [])
+        self._planted: set[Path] = set()
+        if self.tmp is not None:
+            for kept in _kept_inside("/tmp"):  # their mount points in the sandbox's /tmp
+                (self.tmp / os.path.relpath(kept, "/tmp")).mkdir(parents=True, exist_ok=True)
+            for h in self.homes:  # a home inside /tmp lives inside the sandbox's /tmp
+                if h.startswith("/tmp/"):
+                    shutil.copytree(self.home, self.tmp / Path(h).relative_to("/tmp"), dirs_exist_ok=True)
+            self._planted = set(self.tmp.rglob("*"))
+        watched = [self.home] + [self.tmp / Path(h).relative_to("/tmp") for h in self.homes
+                                 if self.tmp is not None and h.startswith("/tmp/")]
+        self._watches = [_Watch(w) for w in watched]
 
-def _result(done: subprocess.CompletedProcess) -> dict[str, Any] | None:
-    for line in reversed((done.stdout or "").strip().splitlines()):
-        try:
-            found = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(found, dict) and "failures" in found:
-            return found
-    return None
+    def command(self, argv: list[str]) -> list[str]:
+        """Returns the command that runs ``argv`` (a Python program of PrivBench's) in the sandbox."""
+        env = self.environment()
+        if self.mode != "bwrap":
+            return list(argv)
+        assert self.tmp is not None
+        cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all",
+               "--die-with-parent", "--new-session", "--bind", str(self.tmp), "/tmp"]
+        for device in sorted(Path("/dev").glob("nvidia*")):  # an accelerator the cells run on
+            cmd += ["--dev-bind", str(device), str(device)]
+        for kept in _kept_inside("/tmp"):  # the interpreter, its venv or PrivBench itself under /tmp (a clone there)
+            cmd += ["--ro-bind", kept, kept]
+        for home in self.homes:  # a home inside /tmp (inside such a clone, say): its watched copy on top again
+            if home.startswith("/tmp/"):
+                cmd += ["--bind", str(self.tmp / Path(home).relative_to("/tmp")), home]
+        for home in self.homes:
+            if home.startswith("/tmp/") or home == "/tmp":
+                continue  # already replaced by the sandbox's own /tmp
+            cmd += ["--bind", str(self.home), home]
+            for kept in _kept_inside(home):  # the interpreter or PrivBench itself installed in the home (pyenv)
+                cmd += ["--ro-bind", kept, kept]
+        cmd += ["--chdir", self.inside, "--clearenv"]
+        for key, value in env.items():
+            cmd += ["--setenv", key, value]
+        return cmd + ["--", *argv]
+
+    def environment(self) -> dict[str, str]:
+        """Returns the worker's environment: :data:`ENV_PASSED`, a home, the private folder for temporary files and caches."""
+        env = {k: os.environ[k] for k in ENV_PASSED if k in os.environ}
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        if self.mode == "bwrap":
+            env["HOME"] = self.homes[0] if self.homes else "/tmp/home"
+            env["BENCH_WORKER_HOMES"] = json.dumps(self.homes)
+            env["BENCH_WORKER_KEPT"] = json.dumps([k for h in self.homes for k in _kept_inside(h)])
+        else:
+            env["HOME"] = str(self.home)
+            env["BENCH_WORKER_HOMES"] = json.dumps([str(self.home), *self.homes])
+            env["BENCH_WORKER_KEPT"] = json.dumps([k for h in self.homes for k in _kept_inside(h)])
+            env["BENCH_WORKER_PARENT"] = str(os.getpid())
+        for var in _ENV_DIRS:
+            env[var] = self.inside
+        return env
+
+    def findings(self) -> tuple[list[str], list[str]]:
+        """Returns what the worker did since the last call: home paths touched, and files left outside its folder."""
+        touched = [self._shown(e) for w in self._watches for e in w.events()]
+        return touched, self._leftovers()
+
+    def _shown(self, path: str) -> str:
+        """A canary path as the worker saw it (``~/.netrc``)."""
+        for base in [self.home] + ([self.tmp] if self.tmp is not None else []):
+            if path.startswith(str(base)):
+                rest = path[len(str(base)):]
+                return ("~" + rest) if base == self.home else ("/tmp" + rest)
+        return path
+
+    def _leftovers(self) -> list[str]:
+        """Files and folders in the sandbox's /tmp that were not there at the start, outside the private folder.
+
+        A home inside /tmp is not walked: its watch sees what is made there, and a walk would be an event of its own.
+        """
+        if self.tmp is None:
+            return []
+        skip = {self.private, *(self.tmp / Path(h).relative_to("/tmp") for h in self.homes if h.startswith("/tmp/"))}
+        found, folders = [], [self.tmp]
+        while folders:
+            for entry in os.scandir(folders.pop()):
+                path = Path(entry.path)
+                if path in skip:
+                    continue
+                if path not in self._planted:
+                    found.append(f"/tmp/{path.relative_to(self.tmp)}")
+                elif entry.is_dir(follow_symlinks=False):
+                    folders.append(path)
+        return sorted(found)
+
+    def close(self) -> None:
+        """Stops the watches and removes the sandbox's folders."""
+        for watch in self._watches:
+            watch.close()
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -3,7 +3,7 @@
 The cheats (tests/fixtures/cheats/) are DP-Pix honest on the suite's small batches but:
 at the benchmark's 64 x 64 (``cheat_size``), at batch position 999 (``cheat_batch``), on a
 stream seed in a thousand (``cheat_stream``), or reading the home and writing /tmp
-(``cheat_home``). Each test runs the gate's own functions at smoke sizes; the runs at the
+(``cheat_home``, run in its isolated worker: tests/integration/test_isolated_mechanism.py has the rest). Each test runs the gate's own functions at smoke sizes; the runs at the
 shipped boards' full sizes and data are ``slow``.
 """
 
@@ -16,7 +16,6 @@ import torch
 
 from bench.core.registry import load_mechanism_file, mechanisms
 from bench.data.base import ImageSet
-from bench.errors import BenchError
 from bench.testing.mechanisms import run_conformance
 from bench.testing.release_checks import (
     ReleaseCheckError,
@@ -127,38 +126,52 @@ def test_the_sized_audit_refutes_a_size_cheat_and_passes_dp_pix(cheat):
     assert sized_audit("dp_pix", DP, FACES, "cpu").verdict != "failed"
 
 
-def _sandbox():
+def _isolated(path: Path, name: str, params: dict) -> tuple[dict, object]:
+    """Loads a file in a bubblewrap-isolated worker (within the module's registry scope) and builds one instance."""
+    from bench.testing.isolated import load_isolated
     from bench.testing.isolation import bwrap_usable
 
     why = bwrap_usable()
     if why is not None:
         pytest.skip(why)
+    record = load_isolated([path], "bwrap")
+    return record, mechanisms.get(name)(**params)
 
 
-def test_a_file_that_reads_the_home_is_refused_in_the_sandbox():
-    from bench.testing.isolation import sandbox_probe
+def test_a_file_that_reads_the_home_is_refused_in_its_sandbox(cheat):
+    from bench.randomness.streams import Streams
+    from bench.release import guard
+    from bench.testing.isolated import IsolationBreach, close_all
 
-    _sandbox()
-    small = SizedTarget("faces", 3, 16, 16, 8)
-    with pytest.raises(BenchError, match="^submit gate_cheat_home: isolation: the mechanism read or wrote the user's "
-                                         "home") as err:
-        sandbox_probe([CHEATS / "cheat_home.py"], "gate_cheat_home", [(small, _faces(8, side=16).images)])
+    _, mechanism = _isolated(CHEATS / "cheat_home.py", "gate_cheat_home", DP)
+    with pytest.raises(IsolationBreach, match=r"^mechanism 'gate_cheat_home' \(cheat_home.py\): isolation: it read or "
+                                              r"wrote the user's home in its sandbox \(first: ~\); refused$") as err:
+        guard.apply(mechanism, _faces(8, side=16).images, generator=Streams.for_images(0, "t", 8))
     assert "\n" not in str(err.value)
+    with pytest.raises(IsolationBreach):  # every later call too: its worker was stopped
+        mechanism.claim()
+    close_all()
     assert not Path("/tmp/gate_cheat_home.txt").exists()
 
 
-def test_a_file_that_writes_outside_its_folder_is_refused_and_an_honest_one_passes(tmp_path):
-    from bench.testing.isolation import sandbox_probe
+def test_a_file_that_writes_outside_its_folder_is_refused_and_an_honest_one_passes(cheat, tmp_path):
+    from bench.randomness.streams import Streams
+    from bench.release import guard
+    from bench.testing.isolated import IsolationBreach, close_all
 
-    _sandbox()
-    small = SizedTarget("faces", 3, 16, 16, 8)
     writer = tmp_path / "writer.py"
     writer.write_text((CHEATS / "cheat_size.py").read_text().replace('"gate_cheat_size"', '"gate_writer"').replace(
         "        return super().apply(", "        open('/tmp/left_behind', 'w').close()\n        return super().apply("))
-    with pytest.raises(BenchError, match=r"^submit gate_writer: isolation: .* outside its private folder .*/tmp/left_"):
-        sandbox_probe([writer], "gate_writer", [(small, _faces(8, side=16).images)])
-    record = sandbox_probe([CHEATS / "cheat_size.py"], "gate_cheat_size", [(small, _faces(8, side=16).images)])
+    _, mechanism = _isolated(writer, "gate_writer", DP)
+    with pytest.raises(IsolationBreach, match=r"^mechanism 'gate_writer' .* outside its private folder .*/tmp/left_"):
+        guard.apply(mechanism, _faces(8, side=16).images, generator=Streams.for_images(0, "t", 8))
+    honest = tmp_path / "honest.py"
+    honest.write_text((CHEATS / "cheat_size.py").read_text().replace('"gate_cheat_size"', '"gate_honest"'))
+    record, mechanism = _isolated(honest, "gate_honest", DP)
+    guard.apply(mechanism, _faces(8, side=16).images, generator=Streams.for_images(0, "t", 8))
     assert record["kind"] == "bwrap" and record["network"] == "none"
+    close_all()
+    assert not Path("/tmp/left_behind").exists()
 
 
 @pytest.mark.slow

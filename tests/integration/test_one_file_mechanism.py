@@ -51,9 +51,9 @@ def test_a_one_file_mechanism_is_carried_by_its_entry_and_loaded_by_the_board(tm
     suite, results, entries = tmp_path / "small.yaml", tmp_path / "results", tmp_path / "entries"
     suite.write_text(yaml.safe_dump(SUITE))
     with scoped():
-        from bench.core.registry import load_file
+        from bench.testing.isolated import load_isolated
 
-        load_file(mechanism)
+        load_isolated([mechanism])  # as submit loads it: never imported here (the cells' keys are the same)
         log_made_up_cells(suite, "my_mask", results)
         code = main(["submit", "--mechanism-file", str(mechanism), "--mechanism", "my_mask", "--suite", str(suite),
                      "--results-dir", str(results), "--cache-dir", str(shared_cache), "--entries", str(entries)])
@@ -67,6 +67,7 @@ def test_a_one_file_mechanism_is_carried_by_its_entry_and_loaded_by_the_board(tm
     source = entry[SOURCE_FIELD]
     assert source["file"] == "my_mask.py" and source["text"] == mechanism.read_text(encoding="utf-8")
     assert source["sha256"] == hashlib.sha256(mechanism.read_bytes()).hexdigest()
+    assert entry["isolation"]["kind"] in ("bwrap", "process")  # submit ran it in an isolated worker
 
     # A fresh process has never imported my_mask.py: it loads it from the entry.
     mechanism.unlink()
