@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.core.interfaces import RESULT_SCHEMA, Result
+from bench.core.result import RESULT_SCHEMA, Result
 from bench.errors import BenchError
 
 __all__ = ["BUNDLE_FORMAT", "read_bundle", "write_bundle"]

@@ -32,6 +32,8 @@ __all__ = [
 ]
 
 LOCAL = "local"
+PLANNED_RESULTS = Path("results")
+"""The results folder a suite's cells are planned for (their keys do not depend on it; its check does)."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,8 @@ def declaration_from_entry(entry: Mapping[str, Any]) -> Declaration:
                        suite=str(block.get("suite") or ""), profile=profile, seeds=seeds, cells=cells)
 
 
-def declarations_from_suite(suite: "Suite", data_root: Path | None = None) -> list[Declaration]:
+def declarations_from_suite(suite: "Suite", data_root: Path | None = None,
+                            memo: dict | None = None) -> list[Declaration]:
     """Returns one local declaration per mechanism of a suite (every setting it lists for it).
 
     Its cells are declared at every precision its benchmarks compute at (``bench grid
@@ -164,6 +167,7 @@ def declarations_from_suite(suite: "Suite", data_root: Path | None = None) -> li
     Args:
         suite: The suite.
         data_root: Root of real datasets (planning a cell inspects its data).
+        memo: Planning shared with other suites' expansions (:func:`bench.scale.grid.expand`).
 
     Raises:
         BenchError: The suite does not expand (unknown names, invalid values, missing data).
@@ -172,12 +176,13 @@ def declarations_from_suite(suite: "Suite", data_root: Path | None = None) -> li
     from bench.scale.grid import Placement, expand
     from bench.system.precision import DEFAULT, PRECISIONS
 
-    cells = expand(suite, Placement(results_dir=Path("results"), data_root=data_root))
+    memo = {} if memo is None else memo
+    cells = expand(suite, Placement(results_dir=PLANNED_RESULTS, data_root=data_root), memo)
     for mixed in (p for p in PRECISIONS if p != DEFAULT):
         able = tuple(b for b in suite.benchmarks if mixed in tasks.get(b).precisions)
         if able:
             cells += expand(dataclasses.replace(suite, benchmarks=able),
-                            Placement(results_dir=Path("results"), data_root=data_root, precision=mixed))
+                            Placement(results_dir=PLANNED_RESULTS, data_root=data_root, precision=mixed), memo)
     by_entry: dict[tuple[str, str], dict[str, DeclaredCell]] = {}
     for cell in cells:
         cfg = cell.config
@@ -228,6 +233,10 @@ def suite_declarations(refs: Sequence[str | Path] | None = None,
                        data_root: Path | None = None) -> tuple[list[Declaration], list[SuiteProblem]]:
     """Returns the local declarations of suites, and the shipped suites that do not expand.
 
+    The shipped suites' answer (no ``refs``, no ``data_root``) is worked out by planning
+    every cell, some seconds; under the ``bench`` command it is kept for this code and read
+    back while it holds (:mod:`bench.storage.derived`, :func:`_planning_stands`).
+
     Args:
         refs: Suite names or YAML paths; None means every suite shipped in bench/scale/suites/.
         data_root: Root of real datasets (planning a cell inspects its data).
@@ -235,18 +244,82 @@ def suite_declarations(refs: Sequence[str | Path] | None = None,
     Raises:
         BenchError: A suite named explicitly in ``refs`` cannot be loaded or expanded.
     """
+    from bench.core import registry
     from bench.scale.grid import load_suite, suite_names
+    from bench.storage import derived
+    from bench.system.bounds import watching
 
     explicit = refs is not None
+    shipped = _shipped_suites() if not explicit and data_root is None and derived.is_enabled() else None
+    if shipped is not None and registry.untouched() and _planning_stands():
+        kept = derived.recall("suites", shipped)
+        if isinstance(kept, dict) and derived.fits(kept.get("peak")):
+            try:
+                return _from_kept(kept)
+            except (KeyError, TypeError, ValueError):
+                pass
     declarations: list[Declaration] = []
     problems: list[SuiteProblem] = []
-    for ref in (refs if explicit else suite_names()):
-        suite = None
-        try:
-            suite = load_suite(ref)
-            declarations += declarations_from_suite(suite, data_root)
-        except BenchError as exc:
-            if explicit:
-                raise
-            problems.append(SuiteProblem(str(ref), tuple(suite.benchmarks) if suite else (), " ".join(str(exc).split())))
+    memo: dict = {}  # suites that share a setting plan it once
+    with watching() as memory:
+        for ref in (refs if explicit else suite_names()):
+            suite = None
+            try:
+                suite = load_suite(ref)
+                declarations += declarations_from_suite(suite, data_root, memo)
+            except BenchError as exc:
+                if explicit:
+                    raise
+                problems.append(SuiteProblem(str(ref), tuple(suite.benchmarks) if suite else (),
+                                             " ".join(str(exc).split())))
+    if shipped is not None and not memory.refused and registry.only_builtins() and _planning_stands():
+        derived.keep("suites", shipped, _to_kept(declarations, problems, memory.peak))
+    return declarations, problems
+
+
+def _shipped_suites() -> list[list[str]] | None:
+    """Returns what planning the shipped suites reads besides the code: each one's name and the text it names here."""
+    from bench.scale.suite import suite_names, suite_source
+
+    try:
+        return [[ref, *suite_source(ref)] for ref in suite_names()]
+    except BenchError:
+        return None
+
+
+def _planning_stands() -> bool:
+    """Whether the shipped suites' planning, kept where it was worked out, holds here and now (:mod:`bench.storage.derived`).
+
+    Their cells are planned for ``results`` in the current folder on the CPU: the folder
+    checks must pass here as they did there, and no GPU may change the device checks.
+    """
+    from bench.storage import derived
+    from bench.storage.folders import check_writable_folder
+
+    if not derived.no_gpu():
+        return False
+    try:
+        check_writable_folder("--results-dir", PLANNED_RESULTS)
+        check_writable_folder("--cache-dir", PLANNED_RESULTS / "cache")
+    except BenchError:
+        return False
+    return True
+
+
+def _to_kept(declarations: list[Declaration], problems: list[SuiteProblem], peak: float) -> dict[str, Any]:
+    return {
+        "peak": peak,
+        "declarations": [{**{f.name: getattr(d, f.name) for f in dataclasses.fields(d) if f.name != "cells"},
+                          "seeds": list(d.seeds),
+                          "cells": [[key, c.benchmark, c.configuration, c.seed] for key, c in d.cells.items()]}
+                         for d in declarations],
+        "problems": [{"suite": p.suite, "benchmarks": list(p.benchmarks), "message": p.message} for p in problems],
+    }
+
+
+def _from_kept(kept: Mapping[str, Any]) -> tuple[list[Declaration], list[SuiteProblem]]:
+    declarations = [Declaration(**{**d, "seeds": tuple(int(s) for s in d["seeds"]),
+                                   "cells": {str(k): DeclaredCell(str(b), str(c), int(s)) for k, b, c, s in d["cells"]}})
+                    for d in kept["declarations"]]
+    problems = [SuiteProblem(str(p["suite"]), tuple(p["benchmarks"]), str(p["message"])) for p in kept["problems"]]
     return declarations, problems

@@ -19,12 +19,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
+import numpy as np
+import pandas as pd
 
 from leaderboard.boards import Board, Standing
 from leaderboard.exports import terminal_safe
@@ -41,6 +40,9 @@ from leaderboard.plot_points import (
     seed_frontiers,
 )
 from leaderboard.protocol import precision_suffix
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["data_mark", "frontier_figure", "frontier_plot", "legend_text"]
 
@@ -108,6 +110,8 @@ def legend_text(standing: Standing, scored: bool = True) -> str:
 
 
 def _legend(ax, board: Board, points: list[PlotPoint]):
+    from matplotlib.lines import Line2D
+
     handles = []
     for i, standing in enumerate(board.standings):
         colour, marker = _style(i)
@@ -174,6 +178,9 @@ def frontier_figure(board: Board) -> tuple[Figure, dict[str, Any]]:
         data coordinates), ``dropped_labels``, ``frontiers``, ``seed_frontiers``,
         ``omitted``, ``mark`` and ``note``.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(8.0, 5.2), dpi=DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -273,6 +280,11 @@ def _sidecar(board, ax, points, placed: list[PlacedLabel], dropped, omitted, fro
 def frontier_plot(board: Board, path: Path, png: bool = True) -> dict[str, Any]:
     """Writes a board's frontier plot: ``<stem>.svg``, ``<stem>.json`` and, with ``png``, ``<stem>.png``.
 
+    Under the ``bench`` command the files drawn for a board are kept for this code, this
+    board and this matplotlib setup (:func:`_plot_inputs`) and written again from there,
+    byte for byte, without drawing (:mod:`bench.storage.derived`); the sidecar is then
+    the one its JSON file holds.
+
     Args:
         board: The board.
         path: Where to write the SVG (any suffix is replaced); the sidecar and PNG sit beside it.
@@ -281,7 +293,24 @@ def frontier_plot(board: Board, path: Path, png: bool = True) -> dict[str, Any]:
     Returns:
         The sidecar (see :func:`frontier_figure`).
     """
+    import base64
+
+    from bench.storage import derived
+
     path = Path(path)
+    files = [path.with_suffix(suffix) for suffix in (".svg", ".png", ".json") if png or suffix != ".png"]
+    inputs = _plot_inputs(board, png)
+    kept = derived.recall("plot", inputs) if inputs is not None else None
+    if isinstance(kept, dict) and all(isinstance(kept.get(f.suffix), str) for f in files):
+        try:
+            data = {f: base64.b64decode(kept[f.suffix], validate=True) for f in files}
+            sidecar = json.loads(data[path.with_suffix(".json")].decode("utf-8"))
+        except ValueError:  # binascii.Error and JSONDecodeError are ValueErrors: draw it
+            pass
+        else:
+            for file, content in data.items():
+                file.write_bytes(content)
+            return sidecar
     fig, sidecar = frontier_figure(board)
     with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": f"privbench-{board.key.id}"}):
         fig.savefig(path.with_suffix(".svg"), format="svg", bbox_inches="tight", metadata={"Date": None})
@@ -289,4 +318,116 @@ def frontier_plot(board: Board, path: Path, png: bool = True) -> dict[str, Any]:
         fig.savefig(path.with_suffix(".png"), format="png", bbox_inches="tight", metadata={"Software": None})
     path.with_suffix(".json").write_text(json.dumps(sidecar, ensure_ascii=False, indent=1, allow_nan=False),
                                          encoding="utf-8")
+    if inputs is not None:
+        derived.keep("plot", inputs, {f.suffix: base64.b64encode(f.read_bytes()).decode("ascii") for f in files})
     return sidecar
+
+
+def _plot_inputs(board: Board, png: bool) -> dict[str, Any] | None:
+    """Returns what a board's plot files depend on besides the code and the installed libraries, or None.
+
+    The board (everything it holds, :func:`_content_digest`), matplotlib's settings (its rc
+    files are read on import) and the fonts it found (its font list); None where the answers
+    are not kept (outside the ``bench`` command), or before matplotlib has listed the fonts.
+    """
+    import hashlib
+
+    from bench.storage import derived
+
+    if not derived.is_enabled():
+        return None
+    fonts = sorted(Path(matplotlib.get_cachedir()).glob("fontlist-v*.json"))
+    if not fonts:
+        return None
+    try:
+        drawn = _content_digest(board)
+        listed = hashlib.sha256(b"".join(f.name.encode() + b"\0" + f.read_bytes() for f in fonts)).hexdigest()
+    except (OSError, _NotContent):
+        return None
+    # The backend draws nothing here (the figure has its own Agg canvas; savefig names the format).
+    settings = repr([(name, dict.__getitem__(matplotlib.rcParams, name)) for name in sorted(matplotlib.rcParams)
+                     if name != "backend"])
+    if " at 0x" in settings:  # a setting whose repr names an object, not a value: no key can stand for it
+        return None
+    return {"board": drawn, "png": png, "rc": hashlib.sha256(settings.encode()).hexdigest(), "fonts": listed}
+
+
+class _NotContent(Exception):
+    """A value :func:`_content_digest` does not know how to write down exactly."""
+
+
+def _content_digest(value: Any) -> str:
+    """Returns the SHA-256 of everything a value holds, its types included (two values with one digest are equal).
+
+    Dataclasses, dicts (in order), lists, tuples, strings, numbers (floats by ``repr``),
+    booleans, None, numpy scalars and arrays of fixed-size types, and DataFrames with a
+    range index whose columns are of those types. Each part is written with its type and
+    length, so no two different values write the same bytes.
+
+    Raises:
+        _NotContent: Something else is inside (a board holding it is drawn every time).
+    """
+    import dataclasses
+    import hashlib
+
+    digest = hashlib.sha256()
+    update = digest.update
+
+    def text(tag: bytes, value: str) -> None:
+        data = value.encode("utf-8", "surrogatepass")
+        update(b"%s%d:" % (tag, len(data)))
+        update(data)
+
+    def feed(value: Any) -> None:
+        kind = type(value)
+        if kind is str:
+            text(b"s", value)
+        elif kind is bool:
+            update(b"b1" if value else b"b0")
+        elif kind is int:
+            text(b"i", str(value))
+        elif kind is float:
+            text(b"f", repr(value))
+        elif value is None:
+            update(b"n")
+        elif kind is dict:
+            update(b"d%d{" % len(value))
+            for k, v in value.items():
+                feed(k)
+                feed(v)
+        elif kind is list or kind is tuple:
+            update(b"%s%d[" % (b"l" if kind is list else b"t", len(value)))
+            for v in value:
+                feed(v)
+        elif getattr(kind, "__dataclass_fields__", None) is not None:
+            text(b"D", f"{kind.__module__}.{kind.__qualname__}")
+            for f in dataclasses.fields(value):
+                text(b"F", f.name)
+                feed(getattr(value, f.name))
+        elif (kind is np.ndarray or isinstance(value, np.generic)) and value.dtype.kind in "biufcmM":
+            text(b"a" if kind is np.ndarray else b"g", f"{value.dtype.str}{value.shape}")
+            data = np.ascontiguousarray(value).tobytes()
+            update(b"%d:" % len(data))
+            update(data)
+        elif kind is pd.DataFrame and type(value.index) is pd.RangeIndex:
+            index = value.index
+            text(b"P", f"{index.start},{index.stop},{index.step}")
+            feed(index.name)
+            feed(value.columns.name)
+            feed(dict(value.attrs))
+            update(b"%d(" % len(value.columns))
+            for name in value.columns:
+                column = value[name]
+                feed(name)
+                text(b"T", str(column.dtype))
+                if column.dtype.kind in "biufcmM" and isinstance(column.dtype, np.dtype):
+                    feed(column.to_numpy())
+                elif column.dtype == object or str(column.dtype) == "str":
+                    feed(column.tolist())
+                else:
+                    raise _NotContent(str(column.dtype))
+        else:
+            raise _NotContent(kind.__name__)
+
+    feed(value)
+    return digest.hexdigest()

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from matplotlib.axes import Axes
-from matplotlib.text import Text
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.text import Text
 
 __all__ = ["Box", "LabelRequest", "PlacedLabel", "Segment", "boxes_overlap", "place_labels"]
 

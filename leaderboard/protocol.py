@@ -78,11 +78,13 @@ def board_overrides(benchmark: str, overrides: Mapping[str, Any]) -> dict[str, A
     from bench.core.registry import tasks
     from bench.errors import BenchError
 
+    if not overrides.get("task"):
+        return dict(overrides)
     try:
-        prefixes = tuple(tasks.get(benchmark).entry_settings) if benchmark else ()
+        prefixes = tuple(tasks.attribute(benchmark, "entry_settings")) if benchmark else ()
     except BenchError:  # an unregistered plugin benchmark: every setting defines the board
         prefixes = ()
-    if not prefixes or not overrides.get("task"):
+    if not prefixes:
         return dict(overrides)
     task = {k: v for k, v in dict(overrides["task"]).items()
             if not any(k == p or k.startswith(p + ".") for p in prefixes)}

@@ -305,6 +305,7 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
                                                  docs=None if docs is None else f"{root}{docs}", **context)
         (out / rel).write_text(html, encoding="utf-8")
 
+    cell_rows = {id(b): _board_cell_rows(b) for b in leaderboard.boards}  # read by its page and every mechanism's
     index_boards, board_links = [], {}
     for board in leaderboard.boards:
         stem = board_names[board_file_name(board)]
@@ -313,7 +314,7 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
         rows = _standing_rows(board, mech_names, "../")
         write(f"boards/{stem}.html", "board.html", "../", name=board.key.benchmark, identity=_identity(board),
               plot=f"../plots/{stem}.svg", plot_png=f"../plots/{stem}.png", plot_data=f"../plots/{stem}.json",
-              plot_mark=plot["mark"], plot_note=plot["note"], rows=rows, cells=_board_cell_rows(board),
+              plot_mark=plot["mark"], plot_note=plot["note"], rows=rows, cells=cell_rows[id(board)],
               hardware_note=hardware_note(board), rank_line=RANK_LINE, power=board_power_text(board),
               claim_types=sorted({r["claim_type"] for r in rows}),
               data={"board": _identity(board), "rows": table[table["board"] == board.key.id].to_dict(orient="records")})
@@ -339,7 +340,7 @@ def build_site(leaderboard: Leaderboard, out_dir: str | Path, sheets: Mapping[st
         # one mechanism's claim types on several boards; a claim type may itself hold commas
         claims = _joined(table.loc[table["mechanism"] == mechanism, "claim_type"], "; ")
         board_cells = [{**row, "board": b.key.label, "status": "on a board"} for b in leaderboard.boards
-                       for row in _board_cell_rows(b) if b.standing(row["entry"]).mechanism == mechanism]
+                       for row in cell_rows[id(b)] if b.standing(row["entry"]).mechanism == mechanism]
         explored = [{**row, "board": f"{row['benchmark']} · profile {row['profile']}"
                                      f"{precision_suffix(row['precision'])} · {row['data']} · {row['settings']}",
                      "status": f"exploration: {row['reason']}", "entry": "–",

@@ -101,8 +101,11 @@ def sample_cells(cells: Sequence[Mapping[str, Any]], k: int, seed: int) -> list[
 
 
 def plan_cell(entry: Mapping[str, Any], cell: Mapping[str, Any], results_dir: Path, cache_dir: Path | None,
-              data_root: Path | None, device: str | None) -> Any:
+              data_root: Path | None, device: str | None, memo: dict | None = None) -> Any:
     """Plans one of an entry's cells as ``bench grid`` planned it (nothing is computed or written).
+
+    Args:
+        memo: Shared by cells planned only for their keys (:func:`bench.cell.plan.plan`).
 
     Raises:
         BenchError: The cell cannot be planned here (unknown names, invalid settings, missing data).
@@ -120,7 +123,7 @@ def plan_cell(entry: Mapping[str, Any], cell: Mapping[str, Any], results_dir: Pa
         overrides={k: dict(v) for k, v in overrides.items()}, split=str(cell.get("eval_split") or "test"),
         precision=precision.recorded(cell.get("versions") or {}),
     )
-    return plan(config)
+    return plan(config, memo)
 
 
 def _device(cell: Mapping[str, Any]) -> str:
@@ -146,7 +149,7 @@ def seed_spread(entry_cells: Sequence[Mapping[str, Any]], cell: Mapping[str, Any
     The configuration is the task, the mechanism's parameters and the cell's ``--set``
     sections; NaN where fewer than two seeds state the number.
     """
-    from bench.core.interfaces import Result
+    from bench.core.result import Result
     from bench.storage.tracking.metrics import result_metrics
 
     def configuration(c: Mapping[str, Any]) -> tuple:
@@ -172,7 +175,7 @@ def compare(stated: Mapping[str, Any], computed: Mapping[str, Any], check: CellC
         spread: Each number's standard deviation over the entry's seeds of this configuration
             (:func:`seed_spread`); None or NaN: only a stated interval allows a difference.
     """
-    from bench.core.interfaces import Result
+    from bench.core.result import Result
     from bench.storage.tracking.metrics import result_metrics
     from leaderboard.cells import hardware_label
 

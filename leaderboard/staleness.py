@@ -67,7 +67,44 @@ def check_staleness(entry: Mapping[str, Any], data_root: Path | None = None,
 
     Returns:
         The stale cells and why; unplannable cells are listed as unchecked.
+
+    Under the ``bench`` command the answer is kept for this code, the entry's bytes and the
+    keys of ``current`` it holds, and read back while it holds (:mod:`bench.storage.derived`).
     """
+    from bench.core import registry
+    from bench.storage import derived
+    from bench.system.bounds import watching
+
+    inputs = _inputs(entry, current) if data_root is None and derived.is_enabled() else None
+    if inputs is not None and registry.untouched():
+        kept = derived.recall("staleness", inputs)
+        if isinstance(kept, dict) and derived.fits(kept.get("peak")):
+            try:
+                return Staleness(stale={str(k): str(v) for k, v in kept["stale"].items()},
+                                 reasons=tuple(map(str, kept["reasons"])), unchecked=tuple(map(str, kept["unchecked"])),
+                                 cells=int(kept["cells"]))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                pass
+    with watching() as memory:
+        found = _check_staleness(entry, data_root, current)
+    if inputs is not None and not memory.refused and registry.only_builtins():
+        derived.keep("staleness", inputs, {"peak": memory.peak, "stale": dict(found.stale), "reasons": list(found.reasons),
+                                           "unchecked": list(found.unchecked), "cells": found.cells})
+    return found
+
+
+def _inputs(entry: Mapping[str, Any], current: Collection[str]) -> Any:
+    """Returns what checking an entry reads besides the code: the entry, and which of its keys are known current."""
+    from leaderboard.verification import entry_digest
+
+    digest = entry_digest(entry)
+    if digest is None:
+        return None
+    keys = {str(c.get("cell_key")) for c in entry.get("cells") or [] if isinstance(c, Mapping)}
+    return {"entry": digest, "current": sorted(keys & {str(k) for k in current})}
+
+
+def _check_staleness(entry: Mapping[str, Any], data_root: Path | None, current: Collection[str]) -> Staleness:
     from bench.core.registry import mechanisms
 
     cells = [c for c in entry.get("cells") or [] if isinstance(c, Mapping)]
@@ -97,10 +134,11 @@ def planned_keys(entry: Mapping[str, Any], cells: list[Mapping[str, Any]],
 
     keys: dict[str, str] = {}
     unchecked: list[str] = []
+    memo: dict = {}  # cells of one setting share its planning (only their keys are kept)
     with tempfile.TemporaryDirectory(prefix="bench-stale-") as tmp:
         for cell in cells:
             try:
-                keys[str(cell.get("cell_key"))] = plan_cell(entry, cell, Path(tmp), None, data_root, "cpu").key
+                keys[str(cell.get("cell_key"))] = plan_cell(entry, cell, Path(tmp), None, data_root, "cpu", memo).key
             except BenchError as exc:
                 unchecked.append(f"{cell.get('task')} seed {cell.get('seed')}: {' '.join(str(exc).split())}")
             except (KeyError, TypeError, ValueError) as exc:

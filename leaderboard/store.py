@@ -21,7 +21,7 @@ from urllib.request import url2pathname
 
 import pandas as pd
 
-from bench.core.interfaces import RESULT_SCHEMA, Result
+from bench.core.result import RESULT_SCHEMA, Result
 from bench.errors import BenchError
 from bench.scale.tune_cost import TUNING_COST_TAG
 from bench.storage.tracking import SUPERSEDED

@@ -8,25 +8,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
-
-from bench.cell.attribute_checks import check_attributes
-from bench.cell.preflight import preflight
-from bench.cell.protocol import face_crop_attacks, protocol_key
 from bench.core.config import PROFILES, did_you_mean
-from bench.core.interfaces import Mechanism, RunContext, Task
 from bench.core.keys import cell_key
 from bench.core.registry import attacks as attack_registry
 from bench.core.registry import datasets as dataset_registry
 from bench.core.registry import mechanisms as mechanism_registry
 from bench.core.registry import tasks as task_registry
 from bench.errors import BenchError
-from bench.release.dataset import BOX_SOURCES
 from bench.storage.folders import check_writable_folder
 from bench.system import bounds, precision
-from bench.system.devices import resolve_device
+
+if TYPE_CHECKING:  # imported where a cell is planned past its names: a mistyped name is answered without torch
+    import torch
+
+    from bench.core.interfaces import Mechanism, RunContext, Task
 
 SEED_LIMIT = 2**63
 """Seeds are non-negative 63-bit integers (they feed int64 arithmetic in the streams)."""
@@ -103,8 +100,17 @@ def check_seed(seed: Any) -> None:
         raise BenchError(f"--seed must be an integer in [0, 2^63), got {seed!r}")
 
 
-def plan(config: RunConfig) -> Plan:
+def plan(config: RunConfig, memo: dict[Any, Any] | None = None) -> Plan:
     """Validates names, parameters, profile and device without computing anything.
+
+    Args:
+        config: The cell.
+        memo: Where a caller that plans many cells and keeps only their keys
+            (:func:`bench.scale.grid.expand`) lets cells share what does not depend on the
+            mechanism, its parameters or the seed: the folders' checks, the task, the
+            adversaries, the data's checks and the protocol key, worked out once per distinct
+            setting (the same checks, in the same order, as without it). The cells' plans
+            then share their task and attack objects.
 
     Raises:
         BenchError: Any mistake in the configuration.
@@ -114,11 +120,68 @@ def plan(config: RunConfig) -> Plan:
                          f"(use {', '.join(PROFILES)})")
     check_seed(config.seed)
     for flag, folder in (("--results-dir", config.results_dir), ("--cache-dir", config.cache)):
-        check_writable_folder(flag, Path(folder))
+        if memo is None or ("folder", flag, Path(folder)) not in memo:
+            check_writable_folder(flag, Path(folder))
+            if memo is not None:
+                memo["folder", flag, Path(folder)] = True
     if config.split not in ("test", "val"):
         raise BenchError(f"unknown evaluation split {config.split!r} (use test, or val for tuning)")
+    for registry, name in ((task_registry, config.task), (mechanism_registry, config.mechanism)):
+        if name not in registry:  # answered from the registry's index where one is in use: nothing imported
+            registry.get(name)  # raises "unknown ..., did you mean"
     task_cls = task_registry.get(config.task)
     mechanism = mechanism_registry.get(config.mechanism)(**config.params)
+    setting = None if memo is None else _setting(config)
+    if setting is not None and setting in memo:
+        task, attacks, device, options, board_protocol = memo[setting]
+    else:
+        task, attacks, device, options, board_protocol = _plan_setting(config, task_cls)
+        if setting is not None:
+            memo[setting] = (task, attacks, device, options, board_protocol)
+    key = cell_key(
+        config.task, config.mechanism, type(mechanism).version, mechanism.config, config.seed, config.profile, options,
+    )
+    from bench.cell.preflight import preflight
+
+    preflight(config.mechanism, mechanism, device)  # a plugin's conformance, once per process
+    return Plan(config, task, mechanism, attacks, key, device, board_protocol)
+
+
+def _setting(config: RunConfig) -> Any:
+    """Returns what :func:`_plan_setting` reads of a cell, as a hashable value (None when it cannot be one)."""
+    try:
+        setting = (config.task, config.profile, _frozen(config.overrides), _frozen(config.attacks), config.device,
+                   config.precision, config.split, _frozen(config.data_root))
+        hash(setting)
+    except TypeError:
+        return None
+    return setting
+
+
+def _frozen(value: Any) -> Any:
+    """Returns a hashable form of settings that tells apart every value that could plan differently (1, 1.0, "1")."""
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted(((repr(k), _frozen(v)) for k, v in value.items()), key=lambda kv: kv[0])))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_frozen(v) for v in value))
+    return (type(value).__name__, repr(value))
+
+
+def _plan_setting(config: RunConfig, task_cls: type[Task]) -> tuple[Task, dict[str, Any], torch.device,
+                                                                      dict[str, Any], str]:
+    """Plans what a cell's key needs besides its mechanism: task, adversaries, device, data checks, protocol.
+
+    Returns:
+        The task, the adversaries, the device, the key's options and the board's protocol key.
+
+    Raises:
+        BenchError: Any mistake in these settings or data the task or adversaries cannot use.
+    """
+    from bench.cell.attribute_checks import check_attributes
+    from bench.cell.protocol import face_crop_attacks, protocol_key
+    from bench.release.dataset import BOX_SOURCES
+    from bench.system.devices import resolve_device
+
     known = {"task", "release", *(config.attacks if config.attacks is not None else task_cls.attacks)}
     unknown = sorted(set(config.overrides) - known)
     if unknown:
@@ -163,16 +226,14 @@ def plan(config: RunConfig) -> Plan:
         options["split"] = config.split
     if config.precision != precision.DEFAULT:
         options["precision"] = config.precision
-    key = cell_key(
-        config.task, config.mechanism, type(mechanism).version, mechanism.config, config.seed, config.profile, options,
-    )
     board_protocol = protocol_key(task, attacks, leave_out=task_cls.entry_settings)
-    preflight(config.mechanism, mechanism, device)  # a plugin's conformance, once per process
-    return Plan(config, task, mechanism, attacks, key, device, board_protocol)
+    return task, attacks, device, options, board_protocol
 
 
 def run_context(planned: Plan, log: Callable[[str], None], progress: Callable[..., Any] | None) -> RunContext:
     """Returns what the task and the adversaries of a planned cell see of it (device, seed, profile, folders)."""
+    from bench.core.interfaces import RunContext
+
     cfg = planned.config
     return RunContext(
         device=planned.device, seed=cfg.seed, profile=cfg.profile, data_root=cfg.data_root, cache_dir=cfg.cache,

@@ -16,15 +16,36 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def list_registered(args: argparse.Namespace) -> int:
-    """Prints the registered names of one kind (or all kinds) with their details."""
-    from bench.core import registry
+    """Prints the registered names of one kind (or all kinds) with their details.
 
+    What ``bench list`` printed of the built-ins is kept for this code
+    (:mod:`bench.storage.derived`): the next listing prints it without importing them.
+    """
+    import fnmatch
+
+    from bench.core import registry
+    from bench.storage import derived
+
+    kept = derived.recall("list", {"kinds": KINDS}) if registry.untouched() else None
+    if isinstance(kept, dict) and all(isinstance(kept.get(kind), list) for kind in KINDS):
+        for kind in [args.kind] if args.kind else KINDS:
+            print(f"{kind}:")
+            for name, lines in kept[kind]:
+                if fnmatch.fnmatchcase(name, args.pattern):
+                    print("\n".join("  " + line for line in lines))
+            print()
+        return 0
+    described: dict[str, list] = {}
     for kind in [args.kind] if args.kind else KINDS:
         table = getattr(registry, kind)
         print(f"{kind}:")
         for name in table.list(args.pattern):
-            print("\n".join("  " + line for line in describe(kind, name, table.get(name))))
+            lines = describe(kind, name, table.get(name))
+            described.setdefault(kind, []).append([name, lines])
+            print("\n".join("  " + line for line in lines))
         print()
+    if args.kind is None and args.pattern == "*" and registry.only_builtins():  # every built-in described
+        derived.keep("list", {"kinds": KINDS}, {kind: described.get(kind, []) for kind in KINDS})
     return 0
 
 

@@ -30,14 +30,16 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from bench.cell.plan import plan
+
+    load_plugins(args)
+    cell = plan(run_config(args, verify_data=args.verify_data))  # a mistyped name stops here, before torch is imported
+
     from bench.cell.report import format_result
     from bench.cell.run import execute
     from bench.scale.grid import cell_label
     from bench.storage.tracking import Tracker
     from bench.system.progress import Display
 
-    load_plugins(args)
-    cell = plan(run_config(args, verify_data=args.verify_data))
     tracker = Tracker(args.results_dir, args.tracking_uri)
     bars = interactive() and not args.quiet
     copy = sys.stdout if bars and not sys.stdout.isatty() else None  # `bench run > log.txt`: the log gets the stages

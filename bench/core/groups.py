@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable, Mapping
+import sys
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
-import torch
 
 from bench.core import scores
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["DEMOGRAPHICS", "MIN_GROUP_SIZE", "attack_groups", "cell_groups", "demographic_groups", "largest_gaps",
            "mean_groups"]
@@ -38,6 +41,12 @@ MIN_GROUP_SIZE = 20
 """Fewest targets a group needs before any number of it is shown."""
 
 TOO_SMALL = "group too small"
+
+
+def _is_tensor(value: Any) -> bool:
+    """Whether ``value`` is a torch tensor (without importing torch: none exists before it is imported)."""
+    torch_module = sys.modules.get("torch")
+    return torch_module is not None and isinstance(value, torch_module.Tensor)
 
 
 def demographic_groups(attrs: Mapping[str, torch.Tensor], names: Mapping[str, list[str]],
@@ -54,7 +63,7 @@ def demographic_groups(attrs: Mapping[str, torch.Tensor], names: Mapping[str, li
     for attr in DEMOGRAPHICS:
         if attr not in attrs or attr in exclude:
             continue
-        codes = np.asarray(attrs[attr].cpu() if isinstance(attrs[attr], torch.Tensor) else attrs[attr])
+        codes = np.asarray(attrs[attr].cpu() if _is_tensor(attrs[attr]) else attrs[attr])
         labels = names.get(attr) or []
         groups = {(labels[c] if 0 <= c < len(labels) else str(c)): codes == c for c in sorted(set(codes.tolist()))
                   if c >= 0}

@@ -12,6 +12,14 @@ registers it in ``benchmarks`` and its task class in ``tasks``.
 Built-in modules are imported lazily on first use; third-party packages register through
 the entry-point groups ``bench.mechanisms``, ``bench.tasks``, ``bench.core.benchmarks``,
 ``bench.attacks`` and ``bench.data`` (a broken plugin warns, it never crashes the CLI).
+
+Finding the built-ins imports every built-in module (and torch with them). A command that
+only needs to know which names exist (``bench run`` with a mistyped name, a board that asks
+whether an entry's mechanism is registered) is answered without importing them when an
+index of the built-in names is in use (:func:`use_index`; the ``bench`` command installs
+:mod:`bench.storage.derived`'s, which is worked out by this discovery itself): while no
+registry has been discovered and no plugin is installed, the names a discovery would
+register are the index's and those registered so far.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import fnmatch
+import functools
 import importlib
 import importlib.util
 import pkgutil
@@ -26,11 +35,23 @@ import sys
 import warnings
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, Mapping, Protocol, TypeVar
 
 from bench.errors import BenchError
 
 T = TypeVar("T")
+
+
+class Index(Protocol):
+    """The built-in names of each registry, without importing them (see :func:`use_index`)."""
+
+    def names(self, kind: str) -> Mapping[str, Mapping[str, Any]] | None:
+        """Returns name -> indexed attributes of the built-ins of one kind ("mechanism"), or None when unknown."""
+
+
+_index: Index | None = None
+_builtin_imports = 0
+"""How many built-in packages are being imported by a discovery now: what registers meanwhile is a built-in."""
 
 
 class Registry(Generic[T]):
@@ -49,6 +70,7 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._origins: dict[str, str] = {}
         self._discovered = False
+        self._builtin: set[str] = set()
 
     def register(self, name: str) -> Callable[[T], T]:
         """Returns a decorator that registers an object under ``name``.
@@ -67,6 +89,8 @@ class Registry(Generic[T]):
                 )
             self._items[name] = obj
             self._origins[name] = getattr(obj, "__module__", "?")
+            if _builtin_imports:
+                self._builtin.add(name)
             if isinstance(obj, type):
                 obj.name = name  # type: ignore[attr-defined]
             return obj
@@ -79,24 +103,60 @@ class Registry(Generic[T]):
         Raises:
             BenchError: No such name; the message suggests the closest one.
         """
+        if name not in self._items:
+            indexed = self._indexed()
+            if indexed is not None and name not in indexed:
+                raise self._unknown(name, [*indexed, *self._items])  # what a discovery would say, without one
         self.discover()
         try:
             return self._items[name]
         except KeyError:
-            close = difflib.get_close_matches(name, list(self._items), n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise BenchError(
-                f"unknown {self.kind} {name!r}{hint} (see 'bench list {self.kind}s')"
-            ) from None
+            raise self._unknown(name, list(self._items)) from None
+
+    def _unknown(self, name: str, known: list[str]) -> BenchError:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return BenchError(f"unknown {self.kind} {name!r}{hint} (see 'bench list {self.kind}s')")
 
     def list(self, pattern: str = "*") -> list[str]:
         """Returns the sorted names that match a shell-style wildcard pattern."""
-        self.discover()
-        return sorted(n for n in self._items if fnmatch.fnmatchcase(n, pattern))
+        indexed = self._indexed()
+        if indexed is None:
+            self.discover()
+        names = set(self._items) | set(indexed or ())
+        return sorted(n for n in names if fnmatch.fnmatchcase(n, pattern))
 
     def __contains__(self, name: str) -> bool:
+        indexed = self._indexed()
+        if indexed is not None:
+            return name in indexed or name in self._items
         self.discover()
         return name in self._items
+
+    def attribute(self, name: str, attribute: str) -> Any:
+        """Returns ``getattr(self.get(name), attribute)``, from the index without importing the built-in where it holds it.
+
+        Raises:
+            BenchError: No such name.
+        """
+        indexed = self._indexed() if name not in self._items else None
+        if indexed is not None and attribute in indexed.get(name, {}):
+            return indexed[name][attribute]
+        return getattr(self.get(name), attribute)
+
+    def _indexed(self) -> Mapping[str, Mapping[str, Any]] | None:
+        """Returns the index's built-ins of this kind while they stand for a discovery (none yet, no plugins), else None."""
+        if self._discovered or _index is None or all(self is not r for r in REGISTRIES) or plugins_installed():
+            return None
+        return _index.names(self.kind)
+
+    def only_builtins(self) -> bool:
+        """Whether every name registered here was registered by a discovery's import of a built-in module."""
+        return set(self._items) <= self._builtin
+
+    def untouched(self) -> bool:
+        """Whether nothing is registered here yet and nothing has been discovered."""
+        return not self._discovered and not self._items
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.list())
@@ -131,14 +191,31 @@ class Registry(Generic[T]):
 
 
 def _import_submodules(package: str) -> None:
-    module = importlib.import_module(package)
-    for info in pkgutil.iter_modules(module.__path__):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{package}.{info.name}")
+    global _builtin_imports
+    _builtin_imports += 1
+    try:
+        module = importlib.import_module(package)
+        for info in pkgutil.iter_modules(module.__path__):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{package}.{info.name}")
+    finally:
+        _builtin_imports -= 1
 
 
 def _entry_points(group: str):
-    return list(entry_points(group=group))
+    return list(_group_entry_points(group))
+
+
+@functools.cache
+def _group_entry_points(group: str) -> tuple:
+    """The installed entry points of one group, found once per process."""
+    return tuple(_installed_entry_points().select(group=group))
+
+
+@functools.cache
+def _installed_entry_points():
+    """Every installed entry point, read once (reading them scans every installed distribution)."""
+    return entry_points()
 
 
 def load_file(path: str | Path) -> list[str]:
@@ -216,6 +293,54 @@ register_mechanism = mechanisms.register
 register_task = tasks.register
 register_attack = attacks.register
 register_dataset = datasets.register
+
+
+REGISTRIES: tuple[Registry, ...] = (mechanisms, tasks, benchmarks, attacks, datasets)
+
+
+def plugins_installed() -> bool:
+    """Whether an installed distribution declares a plugin in any registry's entry-point group."""
+    return any(_entry_points(registry.group) for registry in REGISTRIES)
+
+
+def use_index(index: Index | None) -> Index | None:
+    """Installs an index of the built-in names (None removes it); returns the one it replaces.
+
+    While a registry has not been discovered and no plugin is installed, the index answers
+    which names exist (``in``, :meth:`Registry.list`, an unknown name's error) and the
+    attributes it holds (:meth:`Registry.attribute`), without importing the built-ins. The
+    index must hold exactly what a discovery registers (:func:`builtin_index` works it out).
+    """
+    global _index
+    previous, _index = _index, index
+    return previous
+
+
+def builtin_index(attributes: Mapping[str, tuple[str, ...]]) -> dict[str, dict[str, dict[str, Any]]] | None:
+    """Returns kind -> name -> the named attributes of every built-in, once each registry holds built-ins only.
+
+    Args:
+        attributes: Kind ("mechanism") -> the attributes to record of each of its objects.
+
+    Returns:
+        None unless every registry has been discovered and holds nothing else (no plugin,
+        no ``--mechanism-file``, nothing registered by hand): then what it holds is what a
+        discovery registers.
+    """
+    if not all(r._discovered for r in REGISTRIES) or not only_builtins():
+        return None
+    return {r.kind: {name: {a: getattr(obj, a) for a in attributes.get(r.kind, ())} for name, obj in r._items.items()}
+            for r in REGISTRIES}
+
+
+def only_builtins() -> bool:
+    """Whether the registries hold built-ins only: no plugin installed, no file loaded, nothing registered by hand."""
+    return not plugins_installed() and not _registered_by and all(r.only_builtins() for r in REGISTRIES)
+
+
+def untouched() -> bool:
+    """Whether no registry holds anything yet (nothing discovered, nothing registered) and no plugin is installed."""
+    return not plugins_installed() and not _registered_by and all(r.untouched() for r in REGISTRIES)
 
 
 @contextlib.contextmanager

@@ -80,11 +80,13 @@ class Cell:
 # --- cells --------------------------------------------------------------------------------
 
 
-def expand(suite: Suite, placement: Placement) -> list[Cell]:
+def expand(suite: Suite, placement: Placement, memo: dict | None = None) -> list[Cell]:
     """Expands a suite into validated cells, without computing anything.
 
     Cells are ordered seed by seed (a grid stopped early holds whole seeds); two settings
-    that resolve to the same cell (``1`` and ``1.0``) give one cell.
+    that resolve to the same cell (``1`` and ``1.0``) give one cell. The cells of one
+    setting (task, adversaries, overrides, profile) share its planning
+    (:func:`bench.cell.plan.plan`'s ``memo``; pass one to share it with other expansions).
 
     Raises:
         BenchError: An unknown benchmark, mechanism, attack or setting, or an invalid
@@ -93,6 +95,7 @@ def expand(suite: Suite, placement: Placement) -> list[Cell]:
     from bench.cell.plan import RunConfig, plan
 
     cells: dict[str, Cell] = {}
+    memo = {} if memo is None else memo
     for seed in suite.seeds:
         for benchmark in suite.benchmarks:
             for i, spec in enumerate(suite.mechanisms):
@@ -105,7 +108,7 @@ def expand(suite: Suite, placement: Placement) -> list[Cell]:
                         tracking_uri=placement.tracking_uri, precision=placement.precision,
                     )
                     try:
-                        planned = plan(config)
+                        planned = plan(config, memo)
                     except BenchError as exc:
                         shown = " ".join(f"{k}={v}" for k, v in {**params, **method}.items())
                         raise BenchError(f"suite {suite.name!r}: mechanisms[{i}] ({spec.name}"

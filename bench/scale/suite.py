@@ -131,11 +131,11 @@ def suite_names() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def load_suite(ref: str | Path) -> Suite:
-    """Loads and checks a suite: a name from bench/scale/suites/ or a path to a YAML file.
+def suite_source(ref: str | Path) -> tuple[str, str]:
+    """Returns the text a suite reference names and the suite's name (see :func:`load_suite`).
 
     Raises:
-        BenchError: No such suite, unreadable YAML, or a malformed suite.
+        BenchError: No such suite, or a file that cannot be read as text.
     """
     text_ref = str(ref)
     if text_ref.endswith((".yaml", ".yml")) or "/" in text_ref or Path(text_ref).is_file():
@@ -143,16 +143,24 @@ def load_suite(ref: str | Path) -> Suite:
         if not path.is_file():
             raise BenchError(f"no suite file {text_ref}")
         try:
-            text, name = path.read_text(encoding="utf-8"), path.stem
+            return path.read_text(encoding="utf-8"), path.stem
         except (OSError, UnicodeDecodeError) as exc:
             raise BenchError(f"suite file {text_ref} cannot be read as UTF-8 text ({type(exc).__name__})") from None
-    else:
-        resource = resources.files("bench.scale") / "suites" / f"{text_ref}.yaml"
-        if not resource.is_file():
-            names = suite_names()
-            raise BenchError(f"unknown suite {text_ref!r}{did_you_mean(text_ref, names)} (suites: {', '.join(names)}; "
-                             "or pass a path to a .yaml file)")
-        text, name = resource.read_text(), text_ref
+    resource = resources.files("bench.scale") / "suites" / f"{text_ref}.yaml"
+    if not resource.is_file():
+        names = suite_names()
+        raise BenchError(f"unknown suite {text_ref!r}{did_you_mean(text_ref, names)} (suites: {', '.join(names)}; "
+                         "or pass a path to a .yaml file)")
+    return resource.read_text(), text_ref
+
+
+def load_suite(ref: str | Path) -> Suite:
+    """Loads and checks a suite: a name from bench/scale/suites/ or a path to a YAML file.
+
+    Raises:
+        BenchError: No such suite, unreadable YAML, or a malformed suite.
+    """
+    text, name = suite_source(ref)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -11,11 +11,13 @@ hour of work with a ``MemoryError``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from bench.errors import BenchError
 
@@ -46,6 +48,45 @@ class Need:
     size: float
     settings: tuple[str, ...]
     host: bool = True
+
+
+@dataclass
+class Watch:
+    """What the memory checks made while it watched (:func:`watching`).
+
+    Attributes:
+        peak: The largest need that fitted, in bytes (0 when none was checked).
+        refused: Whether a need did not fit.
+    """
+
+    peak: float = 0.0
+    refused: bool = False
+
+    def record(self, need: Need, have: float) -> None:
+        """Notes one need checked against ``have`` bytes."""
+        if need.size > have:
+            self.refused = True
+        else:
+            self.peak = max(self.peak, need.size)
+
+
+_watch: contextvars.ContextVar[Watch | None] = contextvars.ContextVar("bench_bounds_watch", default=None)
+
+
+@contextlib.contextmanager
+def watching() -> Iterator[Watch]:
+    """Records the needs :func:`check_cell` checks in this context, for a caller that keeps what planning found.
+
+    Planning passes the same checks on any machine with at least :attr:`Watch.peak` bytes
+    available (each check compares one need with what is available), so what it found
+    holds there, while a refused need depends on the machine's memory at that moment.
+    """
+    watch = Watch()
+    token = _watch.set(watch)
+    try:
+        yield watch
+    finally:
+        _watch.reset(token)
 
 
 def available_memory(cgroup_root: Path = Path("/sys/fs/cgroup"), meminfo: Path = Path("/proc/meminfo")) -> int:
@@ -92,8 +133,11 @@ def check_cell(task: Any, attacks: Mapping[str, Any], shape: Mapping[str, Any] |
         BenchError: One line naming the settings of the first need that cannot fit.
     """
     host, on_device = available_memory(), device_memory(device)
+    watch = _watch.get()
     for need in cell_needs(task, attacks, shape):
         have = host if need.host or getattr(device, "type", "cpu") != "cuda" else on_device
+        if watch is not None:
+            watch.record(need, have)
         if need.size > have:
             raise BenchError(f"{_blame(need.settings, given or {})}: {need.what} needs about {_bytes(need.size)} of "
                              f"memory at once, more than the {_bytes(have)} this machine has available; lower it")

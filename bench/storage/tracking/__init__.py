@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from bench.core.interfaces import Result
+from bench.core.result import Result
 from bench.errors import BenchError
 from bench.storage.locks import file_lock
 from bench.storage.tracking import blank
@@ -60,6 +60,22 @@ def system_tags() -> dict[str, str]:
     return {"mlflow.source.name": "bench", "mlflow.source.type": "LOCAL", "mlflow.user": user}
 
 
+def _import_mlflow() -> None:
+    """Imports MLflow (about a second) and quietens the loggers it configures on import.
+
+    Only a store that is opened needs it: a command that finds no store (``bench
+    leaderboard show`` on a fresh clone) never imports it.
+    """
+    import logging
+
+    import mlflow  # noqa: F401  (it configures its loggers on import: quieten them after)
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    # It logs a locked or damaged database with a traceback; health.guard says it in one line.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+
+
 def _param_key(name: str) -> str:
     """Returns ``name`` with characters MLflow refuses in a key replaced by ``_``."""
     return "".join(ch if ch.isalnum() or ch in "_-. /" else "_" for ch in name)[:250]
@@ -82,15 +98,6 @@ class Tracker:
     def __init__(self, results_dir: Path, uri: str | None = None, create: bool = True):
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        import logging
-
-        import mlflow  # noqa: F401  (it configures its loggers on import: quieten them after)
-
-        logging.getLogger("mlflow").setLevel(logging.WARNING)
-        logging.getLogger("alembic").setLevel(logging.WARNING)
-        # It logs a locked or damaged database with a traceback; health.guard says it in one line.
-        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-
         self.results_dir = Path(results_dir)
         self.uri = tracking_uri(self.results_dir, uri)
         self._experiment_id: str | None = None
@@ -132,6 +139,7 @@ class Tracker:
 
     def _open(self, probe: bool) -> Any:
         """Opens the client and touches the store once; any failure is one BenchError line."""
+        _import_mlflow()
         from mlflow.tracking import MlflowClient
 
         overrides = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": PROBE_TIMEOUT_S} if probe else {}

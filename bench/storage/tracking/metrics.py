@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping, Sequence
 
-from bench.core.interfaces import Result
+from bench.core.result import Result
 
 BATCH = 1000
 """Most metrics MLflow takes in one ``log_batch``."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Mapping
 
-from bench.core.interfaces import Result
+from bench.core.result import Result
 
 GROUPS_TABLE = "tables/groups.json"
 ATTACKS_TABLE = "tables/attacks.json"
