@@ -3,7 +3,9 @@
 Every shipped entry must read, verify against its result digests, audits and conformance
 record, and be current: today's code plans each of its cells under the key it records
 (:mod:`leaderboard.staleness`). A version bump that changes any of their keys fails here
-until ``bench submit --refresh`` has recomputed those cells. Nothing is computed.
+until ``bench submit --refresh`` has recomputed those cells, unless its board is listed in
+``RECOMPUTE_PENDING.yaml`` (waiting for the one recompute of all shipped boards), and a listed
+board must still have a stale entry. Nothing is computed.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from bench.core.registry import mechanisms
 from leaderboard.protocol import MIN_SEEDS
@@ -22,6 +25,8 @@ from leaderboard.store import ENTRIES_DIR, load_entry
 from leaderboard.verification import check_entry
 
 SHIPPED = sorted(ENTRIES_DIR.glob("*.json"))
+PENDING = yaml.safe_load((ENTRIES_DIR / "RECOMPUTE_PENDING.yaml").read_text()) or {}
+"""Boards waiting for the recompute of the shipped boards: benchmark -> the change that made them stale."""
 BUILT_IN = ("identity", "pixelate", "blur", "gaussian_noise", "dp_pix", "image_dp", "face_blur", "face_overlay",
             "dp_latent")
 FACE_MECHANISMS = tuple(m for m in BUILT_IN if mechanisms.get(m).uses_boxes)
@@ -52,8 +57,10 @@ def test_a_shipped_entry_verifies_and_is_not_stale(path: Path):
     assert check.verified, f"{path.name}: {check.status}"
     staleness = check_staleness(entry)
     assert not staleness.unchecked, f"{path.name}: {staleness.unchecked[0]}"
-    assert not staleness.is_stale, (f"{path.name} is stale: {staleness.summary()}; recompute it with "
-                                    f"'bench submit --refresh --entries leaderboard/entries --name {entry['name']}' in the checkout")
+    benchmarks = {c["task"] for c in entry["cells"]}
+    assert not staleness.is_stale or benchmarks <= set(PENDING), (
+        f"{path.name} is stale: {staleness.summary()}; recompute it with "
+        f"'bench submit --refresh --entries leaderboard/entries --name {entry['name']}' in the checkout")
     assert len(entry["declaration"]["seeds"]) >= MIN_SEEDS
     assert {c["cell_key"] for c in entry["cells"]} == {c["cell_key"] for c in entry["declaration"]["cells"]}
     assert all(c["synthetic"] for c in entry["cells"]), "a shipped baseline is computed on the embedded data"
@@ -71,18 +78,29 @@ def test_every_built_in_mechanism_that_applies_has_a_baseline_on_each_shipped_bo
 def test_the_published_board_ranks_every_shipped_baseline_with_nothing_computed(tmp_path):
     notes: list[str] = []
     index = publish(tmp_path / "board", docs=None, say=notes.append)
-    assert not notes, notes
+    assert not [n for n in notes if " is stale, shown unranked" not in n or not PENDING], notes
     table = pd.read_csv(index.parent / "leaderboard.csv")
     for benchmark, (suffix, applicable) in BOARDS.items():
         board = table[table["benchmark"] == benchmark]
         assert sorted(board["entry"]) == sorted(m + suffix for m in applicable), benchmark
-        assert (board["status"] == "ranked").all() and board["rank"].notna().all(), benchmark
+        if benchmark in PENDING:  # shown, unranked and marked stale, until the recompute
+            assert board["status"].str.startswith("stale").all() and board["rank"].isna().all(), benchmark
+        else:
+            assert (board["status"] == "ranked").all() and board["rank"].notna().all(), benchmark
     for benchmark, suite in METHOD_BOARDS.items():
         board = table[table["benchmark"] == benchmark]
         assert sorted(board["entry"]) == _method_entries(suite) and len(board) > 1, benchmark
-        assert (board["mechanism"] == "identity").all() and board["rank"].notna().all(), benchmark
+        assert (board["mechanism"] == "identity").all(), benchmark
+        assert board["rank"].isna().all() if benchmark in PENDING else board["rank"].notna().all(), benchmark
     boards = len(BOARDS) + len(METHOD_BOARDS)
     index_html = (index.parent / "index.html").read_text(encoding="utf-8")
     assert index_html.count('href="boards/') >= boards
     # a mechanism's claim types on several boards are told apart, not run together by commas
     assert "latent (clipped); latent (clipped), WITHHELD for train" in index_html
+
+
+@pytest.mark.parametrize("benchmark", sorted(PENDING))
+def test_a_board_listed_as_pending_recompute_is_still_stale(benchmark: str):
+    stale = [p.name for p in SHIPPED if {c["task"] for c in load_entry(p)["cells"]} == {benchmark}
+             and check_staleness(load_entry(p)).is_stale]
+    assert stale, f"{benchmark} is recomputed: delete its line from leaderboard/entries/RECOMPUTE_PENDING.yaml"
