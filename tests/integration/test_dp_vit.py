@@ -76,23 +76,43 @@ def test_membership_reports_both_attacks_against_the_non_private_reference(cells
             assert f"{attack}.{key}" in metrics
         assert 0.0 <= metrics[f"{attack}.auc"] <= 1.0
     # issue 39 item 3: the score is the TPR at the scoring FPR (0.1 at smoke's 100 non-members), whose chance
-    # is that FPR (it was AUC, chance 0.5); the calibrated attack of higher clean TPR sets it
+    # is that FPR (it was AUC, chance 0.5); issue 56: the calibrated attack that sets it is the one the
+    # adversary's own non-private reference models prefer (leave one out), never chosen on the target's members
     assert metrics["chance"] == metrics["fpr"] == 0.1
     strongest = "lira" if metrics["lira.sets_score"] == 1.0 else "rmia"
-    assert metrics["tpr_clean"] == max(metrics["lira.tpr_clean"], metrics["rmia.tpr_clean"])
+    other = "rmia" if strongest == "lira" else "lira"
+    assert ((metrics[f"{strongest}.games_tpr_clean"], metrics[f"{strongest}.games_auc_clean"])
+            >= (metrics[f"{other}.games_tpr_clean"], metrics[f"{other}.games_auc_clean"]))
+    assert metrics["tpr_clean"] == metrics[f"{strongest}.tpr_clean"]
     assert metrics["tpr"] == metrics[f"{strongest}.tpr"] and metrics["auc"] == metrics[f"{strongest}.auc"]
-    assert metrics["tpr_se"] == pytest.approx(math.sqrt(metrics["tpr"] * (1 - metrics["tpr"]) / 100))
+    # its error is a bootstrap that estimates the threshold again; the members' binomial part is kept beside it
+    assert metrics["tpr_se"] == metrics[f"{strongest}.tpr_se"] and metrics["tpr_low"] <= metrics["tpr"] <= metrics["tpr_high"]
+    assert metrics[f"{strongest}.tpr_se_binomial"] == pytest.approx(math.sqrt(metrics["tpr"] * (1 - metrics["tpr"]) / 100))
 
 
 def test_membership_states_its_lira_mode_its_rmia_a_and_the_one_run_audit(cells):
     metrics = result_of(cells, "dp_pix")["attacks"]["membership"]
-    assert metrics["lira_online"] == 0.0 and metrics["references"] == 2.0
+    assert metrics["lira_online"] == 0.0 and metrics["references"] == 4.0
+    # reference models trained on as many records as the target (issue 56)
+    assert metrics["reference_records"] == metrics["reference_records_clean"] == metrics["target_records"] == 200.0
     assert metrics["members"] == metrics["members_requested"] == 100.0
     assert metrics["rmia.a_chosen"] == 1.0 and 0.0 <= metrics["rmia.a"] <= 1.0
     for suffix in ("", "_clean"):
         assert metrics[f"audit.canaries{suffix}"] == 100.0
         assert 0.0 <= metrics[f"audit.epsilon_lower_bound{suffix}"] <= metrics[f"audit.epsilon_ceiling{suffix}"]
         assert 1.0 < metrics[f"audit.epsilon_ceiling{suffix}"] < 3.5
+
+
+def test_membership_logs_every_candidates_scores_and_label_as_an_artifact(cells):
+    import csv
+
+    tracker, run = cells["tracker"], cells["runs"]["dp_pix"]
+    path = tracker.client.download_artifacts(run.info.run_id, "membership_scores.csv", str(cells["results"] / "dl-scores"))
+    rows = list(csv.DictReader(Path(path).read_text().splitlines()))
+    assert list(rows[0]) == ["model", "split", "index", "member", "loss", "lira", "rmia"]
+    for model in ("release", "clean"):
+        mine = [r for r in rows if r["model"] == model]
+        assert len(mine) == 200 and sum(r["member"] == "1" for r in mine) == 100
 
 
 def test_a_per_layer_median_claim_is_unbacked_in_the_table_in_mlflow_and_on_the_site(cells):

@@ -21,16 +21,16 @@ def _ctx(tmp_path: Path) -> RunContext:
 
 def test_each_profile_states_its_lira_mode_and_reference_count():
     modes = {p: (Membership(p).config.lira, Membership(p).config.references) for p in ("smoke", "quick", "paper")}
-    assert modes == {"smoke": ("offline", 2), "quick": ("offline", 2), "paper": ("online", 8)}
+    assert modes == {"smoke": ("offline", 4), "quick": ("offline", 4), "paper": ("online", 8)}
     assert Membership("quick").config.rmia_a is None  # chosen on the adversary's own models
 
 
-@pytest.mark.parametrize("references", [2, 5])
+@pytest.mark.parametrize("references", [4, 5])
 def test_online_lira_without_enough_paired_models_is_refused_before_any_work(references):
     attack = Membership("smoke", {"lira": "online", "references": references})
     with pytest.raises(BenchError, match="online LiRA needs an even number"):
         attack.check_data(None)
-    Membership("smoke", {"lira": "online", "references": 4}).check_data(None)
+    Membership("smoke", {"lira": "online", "references": 6}).check_data(None)
 
 
 def test_members_the_data_cannot_meet_are_reported_as_reduced(tmp_path, capsys):

@@ -27,14 +27,18 @@ def test_the_scoring_fpr_is_the_lowest_with_ten_false_positives(n, fpr):
     assert coarse(n) == (n < 100)
 
 
-def test_the_tpr_has_a_binomial_error_and_a_p_value_against_chance():
+def test_the_tpr_has_a_bootstrap_error_and_an_exact_p_value_against_chance():
     members = np.r_[np.full(30, 10.0), np.arange(70) / 100]
     nonmembers = np.arange(100) / 100 + 0.005
     got = tpr_with_se(members, nonmembers, 0.1)
     assert got["tpr"] == tpr_at_fpr(members, nonmembers, 0.1) == pytest.approx(0.30)
-    assert got["tpr_se"] == pytest.approx(math.sqrt(0.3 * 0.7 / 100))
-    assert got["tpr_pvalue"] == pytest.approx(stats.binomtest(30, 100, 0.1, alternative="greater").pvalue)
-    assert math.isnan(tpr_with_se(members, nonmembers[:5], 0.1)["tpr"])
+    # the members' binomial part alone stays reported beside the bootstrap error, which is not below it here
+    assert got["tpr_se_binomial"] == pytest.approx(math.sqrt(0.3 * 0.7 / 100))
+    assert got["tpr_se"] >= 0.8 * got["tpr_se_binomial"] and got["tpr_low"] <= 0.3 <= got["tpr_high"]
+    # 30 members above the 11th largest non-member: at least 30 of the top 40 of 200 exchangeable scores
+    assert got["tpr_pvalue"] == pytest.approx(stats.hypergeom.sf(29, 200, 100, 40))
+    assert got["tpr_pvalue"] > stats.binomtest(30, 100, 0.1, alternative="greater").pvalue
+    assert all(math.isnan(v) for v in tpr_with_se(members, nonmembers[:5], 0.1).values())
 
 
 # ----------------------------------------------------------------- who trains on what

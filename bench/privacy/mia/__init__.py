@@ -24,9 +24,11 @@ Metrics, after Carlini et al. 2022 (report TPR at low FPR, not only AUC):
 Modules of their own:
 
 - :mod:`bench.privacy.mia.lowfpr`: the privacy score's statistic, TPR at the lowest FPR the
-  non-member count resolves, with its binomial standard error;
-- :mod:`bench.privacy.mia.references`: LiRA online, RMIA with each candidate's OUT models, and
-  RMIA's ``a`` chosen by leave-one-reference-out on the adversary's own models;
+  non-member count resolves, with a bootstrap standard error and interval that estimate the
+  threshold again in every replicate, and an exact p-value against chance;
+- :mod:`bench.privacy.mia.references`: reference models in complementary pairs, LiRA online
+  and offline with each candidate's OUT models, RMIA with them, and the leave-one-out games
+  on the adversary's own models that choose RMIA's ``a`` and the attack that sets the score;
 - :mod:`bench.privacy.mia.one_run`: the one-run canary audit of Steinke, Nasr & Jagielski (2023),
   its epsilon lower bound and that bound's ceiling.
 """
