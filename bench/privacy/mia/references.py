@@ -108,11 +108,7 @@ def lira_online_scores(target_phi: Any, ref_phi: Any, keep: Any, global_variance
     """
     from scipy import stats
 
-    target = _as_float64(target_phi, "target_phi").ravel()
-    refs = _as_float64(ref_phi, "ref_phi")
-    mask = np.asarray(keep, dtype=bool)
-    if refs.shape != mask.shape or refs.ndim != 2 or refs.shape[0] != target.size:
-        raise ValueError(f"need ref_phi and keep [{target.size}, K], got {refs.shape} and {mask.shape}")
+    target, refs, mask = _candidates_by_models(target_phi, ref_phi, keep, "keep")
     if global_variance is None:
         global_variance = refs.shape[1] < LIRA_PER_EXAMPLE_VARIANCE_MIN_MODELS
 
@@ -155,11 +151,7 @@ def lira_offline_out_scores(target_phi: Any, ref_phi: Any, out: Any,
     """
     from scipy import stats
 
-    target = _as_float64(target_phi, "target_phi").ravel()
-    refs = _as_float64(ref_phi, "ref_phi")
-    mask = np.asarray(out, dtype=bool)
-    if refs.shape != mask.shape or refs.ndim != 2 or refs.shape[0] != target.size:
-        raise ValueError(f"need ref_phi and out [{target.size}, K], got {refs.shape} and {mask.shape}")
+    target, refs, mask = _candidates_by_models(target_phi, ref_phi, out, "out")
     count = mask.sum(axis=1)
     if (count == 0).any():
         raise ValueError("every candidate needs at least one OUT reference model")
@@ -387,3 +379,14 @@ def reference_games(phi: Any, probs: Any, keep: Any, probs_z: Any, fpr: float, o
     chosen = max(playable, key=lambda name: merit(per_game[name])) if playable else "lira"
     return Games(tpr, auc_, {name: len(per_game[name]) for name in CALIBRATED}, float(chosen_a), a_chosen, chosen,
                  per_game)
+
+
+def _candidates_by_models(target_phi: Any, ref_phi: Any, mask: Any,
+                          name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The target's phi [N], the references' phi [N, K] and a bool mask [N, K] named ``name``, shapes checked."""
+    target = _as_float64(target_phi, "target_phi").ravel()
+    refs = _as_float64(ref_phi, "ref_phi")
+    flags = np.asarray(mask, dtype=bool)
+    if refs.shape != flags.shape or refs.ndim != 2 or refs.shape[0] != target.size:
+        raise ValueError(f"need ref_phi and {name} [{target.size}, K], got {refs.shape} and {flags.shape}")
+    return target, refs, flags
