@@ -108,21 +108,46 @@ def reproducible(fill_new_memory: bool = False) -> Iterator[None]:
         fill_new_memory: Keep PyTorch's fill on (the checks that compare a run with it against
             one without).
     """
-    import torch
 
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    fills = torch.utils.deterministic
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-              fills.fill_uninitialized_memory, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    fills.fill_uninitialized_memory = fill_new_memory
-    no_tf32()
+    with determinism({"deterministic": True, "warn_only": True, "fill": fill_new_memory, "tf32": [False, False]}):
+        yield
+
+
+def determinism_state() -> dict[str, Any]:
+    """Returns torch's determinism settings in force, as :func:`determinism` takes them.
+
+    Keys: ``deterministic`` and ``warn_only`` (deterministic algorithms), ``fill`` (fill
+    new memory) and ``tf32`` ([cuDNN, cuBLAS matmul] TF32 allowed).
+    """
+    import torch
+
+    return {"deterministic": torch.are_deterministic_algorithms_enabled(),
+            "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+            "fill": bool(torch.utils.deterministic.fill_uninitialized_memory),
+            "tf32": [bool(torch.backends.cudnn.allow_tf32), bool(torch.backends.cuda.matmul.allow_tf32)]}
+
+
+@contextlib.contextmanager
+def determinism(state: Mapping[str, Any]) -> Iterator[None]:
+    """Sets torch's determinism settings for the block and restores the caller's after it.
+
+    Args:
+        state: As :func:`determinism_state` returns it; a missing key keeps its setting.
+    """
+    import torch
+
+    before = determinism_state()
+    wanted = {**before, **state}
+    torch.use_deterministic_algorithms(bool(wanted["deterministic"]), warn_only=bool(wanted["warn_only"]))
+    torch.utils.deterministic.fill_uninitialized_memory = bool(wanted["fill"])
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = (bool(v) for v in wanted["tf32"])
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        fills.fill_uninitialized_memory = before[2]
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before[3:]
+        torch.use_deterministic_algorithms(before["deterministic"], warn_only=before["warn_only"])
+        torch.utils.deterministic.fill_uninitialized_memory = before["fill"]
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before["tf32"]
 
 
 def current() -> str:

@@ -313,11 +313,7 @@ def _state() -> dict[str, Any]:
     from bench.system import kernels, precision
 
     return {"threads": torch.get_num_threads(), "kernels": kernels.path_in_force(), "precision": precision.current(),
-            "deterministic": torch.are_deterministic_algorithms_enabled(),
-            "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-            "fill": bool(torch.utils.deterministic.fill_uninitialized_memory),
-            "tf32": [bool(torch.backends.cudnn.allow_tf32), bool(torch.backends.cuda.matmul.allow_tf32)],
-            "grad": torch.is_grad_enabled()}
+            **precision.determinism_state(), "grad": torch.is_grad_enabled()}
 
 
 def _outgoing_streams(value: Any) -> _wire.Streams | None:

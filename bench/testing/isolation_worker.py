@@ -254,23 +254,17 @@ def _state(state: dict[str, Any] | None):
 
     if int(state.get("threads") or 0) > 0 and torch.get_num_threads() != int(state["threads"]):
         torch.set_num_threads(int(state["threads"]))
-    fills = torch.utils.deterministic
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-              fills.fill_uninitialized_memory, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    torch.use_deterministic_algorithms(bool(state.get("deterministic")), warn_only=bool(state.get("warn_only")))
-    fills.fill_uninitialized_memory = bool(state.get("fill"))
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = (bool(v) for v in state.get("tf32", before[3:]))
+    settings = {"deterministic": bool(state.get("deterministic")), "warn_only": bool(state.get("warn_only")),
+                "fill": bool(state.get("fill"))}
+    if "tf32" in state:
+        settings["tf32"] = state["tf32"]
     with contextlib.ExitStack() as stack:
+        stack.enter_context(precision.determinism(settings))
         if state.get("kernels"):
             stack.enter_context(kernels.using(str(state["kernels"])))
         stack.enter_context(precision.using(str(state.get("precision") or precision.DEFAULT)))
         stack.enter_context(torch.set_grad_enabled(bool(state.get("grad", True))))
-        try:
-            yield
-        finally:
-            torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-            fills.fill_uninitialized_memory = before[2]
-            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before[3:]
+        yield
 
 
 def _streams(seeds: Any, device: str) -> Any:
