@@ -17,7 +17,10 @@ verification rates. These adversaries train nothing on the benchmark's data
 
 Each reports top-1 on released probes against chance (1 / identities) and against the same
 attack on clean probes (``top1_clean``), TAR at FAR 1e-3 and 1e-2 with their clean
-references, and how many probes were aligned on a detected face or centred as a crop. With
+references, and how many probes and gallery images each method of the detection chain aligned
+(``<method>_aligned_probes``, ``<method>_aligned_gallery_images`` for ``mtcnn``, ``dlib_hog``,
+``clean`` and ``box``: :mod:`bench.faces.chain`; ``clean``, the clean image's face, only with
+``clean_geometry=true``, which hands the adversary where each clean probe's face is). With
 several backends (``--set face_reid_pretrained.backends=dlib,onnx``) similarities are fused
 per probe and each backend's own top-1 is reported too. On synthetic faces a real
 recognizer may not beat chance on clean probes: the score is then undefined ("attack too
@@ -98,7 +101,7 @@ class FaceReidPretrained(Attack):
         clean_gallery = pick(reference, targets.enrol)
         return {"attacked": identify(gallery, labels, probes, truth),
                 "baseline": identify(clean_gallery, labels, pick(reference, targets.probe), truth, suffix="_clean"),
-                "counts": {**probes.counts("probes_aligned"), **clean_gallery.counts("gallery_aligned")}}
+                "counts": {**probes.counts("probes"), **gallery.counts("gallery_images")}}
 
     def gallery(self, reference: Embedded, fold: Fold, released: Release, ctx: RunContext) -> Embedded:
         """Returns the enrolment embeddings: clean ones (the adapted variant overrides this)."""
@@ -112,7 +115,8 @@ class FaceReidPretrained(Attack):
             return pick(reference, targets.probe)
         images = targets.released_probes(released)
         key = ("released", released.key, targets.split, content_key(targets.probe.tolist()))
-        return embed(self.config, images, ctx, key, "released probe", reference.box)
+        return embed(self.config, images, ctx, key, "released probe", reference.box,
+                     reference.located.subset(targets.probe))
 
     def outcome(self, folds: list[Fold], results: list[dict[str, Any]]) -> AttackOutcome:
         """Returns the outcome pooled over folds: hits summed, other metrics probe-weighted, counts summed."""
@@ -152,7 +156,8 @@ class FaceReidPretrainedAdapted(FaceReidPretrained):
         purpose = f"{self.name}/enrol{fold.suffix}"
         own, _ = apply_to_split(mechanism, targets.enrol_set(), ctx, purpose)
         key = ("adapted-gallery", released.key, purpose, targets.split, content_key(targets.enrol.tolist()))
-        return embed(self.config, own, ctx, key, "adversary-released gallery", reference.box)
+        return embed(self.config, own, ctx, key, "adversary-released gallery", reference.box,
+                     reference.located.subset(targets.enrol))
 
 
 @dataclass(frozen=True)
@@ -192,4 +197,5 @@ class FaceReidPretrainedRestored(FaceReidPretrained):
         restored = restorer.restore(model, targets.released_probes(released))
         key = ("restored", released.key, restorer.config.training_part(), targets.split,
                content_key(targets.probe.tolist()), *((fold.key,) if fold.key else ()))
-        return embed(self.config, restored, ctx, key, "restored probe", reference.box)
+        return embed(self.config, restored, ctx, key, "restored probe", reference.box,
+                     reference.located.subset(targets.probe))

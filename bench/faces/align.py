@@ -4,9 +4,9 @@
 keeps, per image, its largest confident face: the box and the five landmarks (eye centres,
 nose tip, mouth corners). An image where no face is found is taken to be a tight crop (the
 benchmarks' face crops, aligned datasets such as CelebA's): its box is the centred square
-of the image and it has no landmarks. :func:`warp` maps landmarks to a recognizer's template
-by a least-squares similarity transform (vectorised, one ``grid_sample``); :func:`crop` cuts
-and resizes boxes.
+of the image and it has no landmarks (:mod:`bench.faces.chain` tries other detectors first).
+:func:`warp` maps landmarks to a recognizer's template by a least-squares similarity
+transform (vectorised, one ``grid_sample``); :func:`crop` cuts and resizes boxes.
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ import torch.nn.functional as F
 ARCFACE_TEMPLATE = torch.tensor([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
                                  [41.5493, 92.3655], [70.7299, 92.2041]])
 """insightface's five-point template of a 112 x 112 ArcFace input (eyes, nose, mouth corners)."""
+METHODS = ("mtcnn", "dlib_hog", "clean", "box")
+"""How an image's face was placed, by code: detected by MTCNN, by dlib's HOG detector, taken from
+the image's clean version, or a fixed box (:mod:`bench.faces.chain`)."""
+MTCNN, DLIB_HOG, CLEAN, BOX = range(len(METHODS))
 
 
 @dataclass(frozen=True)
@@ -28,17 +32,30 @@ class Located:
 
     Attributes:
         boxes: float32 [N, 4] (x1, y1, x2, y2): the detected face, else the centred square.
-        points: float32 [N, 5, 2] landmarks (NaN where no face was detected).
-        found: bool [N]: whether MTCNN found a face.
+        points: float32 [N, 5, 2] landmarks in MTCNN's order (eye centres, nose tip, mouth
+            corners); NaN where unknown: all five where no face was detected, the last three
+            where only the eyes are known (a dlib detection).
+        found: bool [N]: whether the face has landmarks to align on (at least the eyes).
+        method: int64 [N] codes of :data:`METHODS`; None: MTCNN where ``found``, else a box.
     """
 
     boxes: torch.Tensor
     points: torch.Tensor
     found: torch.Tensor
+    method: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.method is None:
+            object.__setattr__(self, "method", torch.where(self.found, MTCNN, BOX).long())
 
     def subset(self, index: torch.Tensor) -> "Located":
         """Returns the faces of some images."""
-        return Located(self.boxes[index], self.points[index], self.found[index])
+        return Located(self.boxes[index], self.points[index], self.found[index], self.method[index])
+
+    def counts(self) -> dict[str, int]:
+        """Returns how many images each method of :data:`METHODS` placed."""
+        tally = torch.bincount(self.method, minlength=len(METHODS)).tolist()
+        return dict(zip(METHODS, tally))
 
 
 def centred_boxes(n: int, height: int, width: int) -> torch.Tensor:
@@ -127,6 +144,9 @@ def sample(images: torch.Tensor, matrices: torch.Tensor, size: int) -> torch.Ten
 def warp(images: torch.Tensor, located: Located, template: torch.Tensor, size: int) -> torch.Tensor:
     """Aligns faces to a five-point template (detected ones) or crops their box (the others).
 
+    A face whose five landmarks are known is fitted on all five (least squares); one whose
+    eyes only are known (a dlib detection) is placed with its eye centres on the template's.
+
     Args:
         images: uint8 [N, C, H, W].
         located: Their faces.
@@ -134,9 +154,14 @@ def warp(images: torch.Tensor, located: Located, template: torch.Tensor, size: i
         size: Side of the output.
     """
     matrices = box_matrices(located.boxes, size)
-    if bool(located.found.any()):
-        idx = located.found.nonzero().flatten()
+    full = located.found & located.points.isfinite().flatten(1).all(1)
+    if bool(full.any()):
+        idx = full.nonzero().flatten()
         matrices[idx] = similarity(template, located.points[idx])
+    eyes = located.found & ~full
+    if bool(eyes.any()):
+        idx = eyes.nonzero().flatten()
+        matrices[idx] = similarity(template[:2], located.points[idx, :2])
     return sample(images, matrices, size)
 
 

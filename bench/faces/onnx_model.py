@@ -2,8 +2,9 @@
 
 insightface distributes ArcFace recognizers (``w600k_r50.onnx`` and others) as ONNX models
 with a 112 x 112 RGB input scaled by ``(x - 127.5) / 127.5``, the face aligned by its five
-landmarks to the ArcFace template; that is how they are run here. A model with another
-square input size gets the template scaled to it.
+landmarks to the ArcFace template; that is how they are run here (a face dlib's detector
+found, whose eyes only are known, is placed with its eye centres on the template's). A model
+with another square input size gets the template scaled to it.
 """
 
 from __future__ import annotations

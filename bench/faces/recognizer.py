@@ -34,7 +34,8 @@ class Recognizer(abc.ABC):
 
         Args:
             images: The images, grey (C = 1) or RGB, on the CPU.
-            located: Their faces as :func:`bench.faces.align.locate` found them.
+            located: Their faces as :func:`bench.faces.chain.locate_faces` (or
+                :func:`bench.faces.align.locate`, MTCNN alone) placed them.
         """
 
     def identity(self) -> str:

@@ -14,8 +14,10 @@ benchmark's data. Three backends sit behind one interface (:class:`Recognizer`):
   landmarks to the ArcFace template).
 
 Weights are never downloaded; a missing package or file is one line naming what to supply.
-Faces are detected once per image set (:func:`bench.faces.align.locate`); an image
-where MTCNN finds no face is taken to be a tight crop and centred.
+Faces are detected once per image set by the detection chain
+(:func:`bench.faces.chain.locate_faces`: MTCNN, then dlib's HOG detector, then a fixed box);
+an image no detector finds is cut at the set's typical face box, else taken to be a tight
+crop and centred.
 """
 
 from __future__ import annotations

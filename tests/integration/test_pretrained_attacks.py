@@ -57,8 +57,32 @@ def test_clean_probes_are_identified_far_above_chance(shared, people):
     assert m["chance"] == pytest.approx(1 / 6) and m["probes"] == 18
     assert m["top1"] == m["top1_clean"] >= 0.9  # 1.0 when written
     assert math.isnan(m["tar_far1e-2"]) and math.isnan(m["tar_far1e-3_clean"])  # 90 impostor pairs: too few
-    assert m["probes_aligned_detected"] + m["probes_aligned_centred"] == 18
+    assert m["mtcnn_aligned_probes"] == 18 and m["mtcnn_aligned_gallery_images"] == 12  # MTCNN finds every one
+    assert m["dlib_hog_aligned_probes"] == m["clean_aligned_probes"] == m["box_aligned_probes"] == 0
     assert outcome.privacy() == 0.0
+
+
+def dimmed(people: Splits) -> Release:
+    """The photos in dim light (a fifth of the contrast): MTCNN misses faces dlib's HOG detector finds."""
+    out = {split: (people[split].images.float() * 0.2 + 100).round().to(torch.uint8) for split in people.sets}
+    return Release(people.replace_images(out), "dim", {}, 0, "dim-0.2")
+
+
+def test_probes_mtcnn_misses_are_aligned_by_dlib_and_every_method_is_counted(tmp_path, shared, people):
+    logs: list[str] = []
+    context = ctx(shared, logs)
+    released = dimmed(people)
+    m = run("face_reid_pretrained", people, released, context).metrics
+    counts = {method: m[f"{method}_aligned_probes"] for method in ("mtcnn", "dlib_hog", "clean", "box")}
+    assert sum(counts.values()) == m["probes"] == 18 and m["mtcnn_aligned_gallery_images"] == 12
+    assert counts["dlib_hog"] >= 3 and counts["mtcnn"] >= 8 and counts["clean"] == 0  # 6 and 12 when written
+    assert any(f"dlib_hog {counts['dlib_hog']:.0f}" in line for line in logs if "released probe images aligned" in line)
+    assert m["top1"] >= 0.8  # 1.0 when written: dim faces are still known
+    mtcnn_only = run("face_reid_pretrained", people, released, context, detectors="mtcnn", clean_geometry=True).metrics
+    assert mtcnn_only["dlib_hog_aligned_probes"] == 0 and mtcnn_only["mtcnn_aligned_probes"] == counts["mtcnn"]
+    assert mtcnn_only["clean_aligned_probes"] == 18 - counts["mtcnn"]  # the clean probes' faces, where allowed
+    again = run("face_reid_pretrained", people, released, ctx(tmp_path)).metrics
+    assert np.allclose(list(again.values()), list(m.values()), equal_nan=True)  # recomputed: the same numbers
 
 
 def test_a_strong_pixelation_lowers_top1_and_the_adapted_gallery_is_reported(shared, people):
