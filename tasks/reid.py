@@ -12,13 +12,13 @@ Metrics are mAP and CMC rank-1/5/10 of both. The primary metric is the centroid 
 mAP: the reID paper proposes the centroid model as the system a camera operator would run
 on protected images, so the utility of a release is what that system still achieves.
 Two cross-evaluations separate the effect of the loss from that of the centroid gallery
-(``*_regular_on_centroids``, ``*_centroid_on_images``), and the mAP of a random ranking
-of each gallery is reported as its chance level. Queries without a gallery image of their
-identity from another camera are skipped, as the protocol skips them (``queries`` and
-``skipped_queries`` count them, with a warning); a cell where every query would be skipped
-is refused in the plan, from the cameras of the data's shape. Models are cached by the
-content key of their training data, so the clean models train once per dataset, profile
-and seed.
+(``*_regular_on_centroids``, ``*_centroid_on_images``), and the expected mAP of a random
+ranking of each gallery (computed exactly) is reported as its chance level. Queries without
+a gallery image of their identity from another camera are skipped, as the protocol skips
+them (``queries`` and ``skipped_queries`` count them, with a warning); a cell where every
+query would be skipped is refused in the plan, from the cameras of the data's shape. Models
+are cached by the content key of their training data, so the clean models train once per
+dataset, profile and seed.
 """
 
 from __future__ import annotations
@@ -43,17 +43,24 @@ from bench.nn.losses import batch_hard_triplet_loss, centroid_triplet_loss
 from bench.nn.resnet import ARCHS, ReidNet, check_weights
 from bench.nn.sampling import PKSampler
 from bench.nn.threads import cpu_threads
-from bench.randomness.seeding import derive_seed, make_generator
+from bench.randomness.seeding import derive_seed
 from bench.storage.cache import warn
 from bench.storage.modelcache import cached_model
 from bench.system import precision
-from tasks.reid_centroids import CentroidGallery, build_centroids, centroid_query_aps, evaluate_centroids
-from tasks.reid_metrics import evaluate_rank, matched_queries
+from tasks.reid_centroids import (
+    CentroidGallery,
+    build_centroids,
+    centroid_chance,
+    centroid_query_aps,
+    evaluate_centroids,
+)
+from tasks.reid_metrics import evaluate_rank, matched_queries, random_ranking
 
 MODEL_VERSION = 1
+METRICS_VERSION = 2
+"""2: the chance levels are the exact expected mAP of a random ranking (no longer the mean of 10 sampled rankings)."""
 KINDS = ("regular", "centroid")
 RANKS = (1, 5, 10)
-CHANCE_DRAWS = 10
 MIN_MATCHED_QUERIES = 1
 """Queries with a cross-camera match a cell needs: with none, every query is skipped and nothing is ranked."""
 
@@ -132,7 +139,7 @@ class Reid(Task):
     primary: ClassVar[str] = "map_centroid"
 
     config_class: ClassVar[type] = ReidConfig
-    version: ClassVar[int] = MODEL_VERSION
+    version: ClassVar[tuple[int, ...]] = (MODEL_VERSION, METRICS_VERSION)
     precisions: ClassVar[tuple[str, ...]] = ("fp32", "bf16")
     config: ReidConfig
 
@@ -180,9 +187,10 @@ class Reid(Task):
         ids = len(shape["train"].counts) if "train" in shape else 0
         if ids >= p:
             return
-        limit = self.config.data.get("max_ids")
+        name = next((k for k in ("max_classes", "max_ids") if k in self.config.data), "max_classes")
+        limit = self.config.data.get(name)
         capped = isinstance(limit, int) and ids >= limit
-        more = f"raise task.data.max_ids (now {limit})" if capped else "add identities to the training folder"
+        more = f"raise task.data.{name} (now {limit})" if capped else "add identities to the training folder"
         fix = f"lower task.p to {ids} or {more}" if ids >= 2 else more
         raise BenchError(f"{owner}: PK batches of p={p} identities need {p} training identities, but split 'train' "
                          f"has {ids}; {fix}")
@@ -192,15 +200,16 @@ class Reid(Task):
 
         Raises:
             BenchError: No query has one, so the protocol would skip every query; the message
-                names ``task.data.per_id`` where it caps the images of each identity.
+                names ``task.data.per_class`` where it caps the images of each identity.
         """
         matched = matched_queries(query, gallery)
         if matched is None or matched >= MIN_MATCHED_QUERIES:
             return
-        cap = self.config.data.get("per_id")
+        name = next((k for k in ("per_class", "per_id") if k in self.config.data), "per_class")
+        cap = self.config.data.get(name)
         more = "add gallery images of the query identities taken by other cameras than their queries"
         if isinstance(cap, int):
-            more = (f"raise task.data.per_id (now {cap}: each identity's first images in name order may all come from "
+            more = (f"raise task.data.{name} (now {cap}: each identity's first images in name order may all come from "
                     f"one camera) or {more}")
         raise BenchError(f"task {self.name!r}: none of the {query.images} queries has a gallery image of its identity "
                          "from another camera, and the Market-1501 protocol drops same-camera matches, so every query "
@@ -236,7 +245,7 @@ class Reid(Task):
             out[f"rank1_{kind}_{suffix}"] = float(other[0][0])
             if kind == "centroid":
                 self._group_map(q_feat, query, centroids_of(g_feat), ctx)
-        out.update(self._chance(query, gallery, centroids_of, ctx.seed))
+        out.update(self._chance(query, gallery, centroids_of))
         out.update(self._query_counts(query, gallery, ctx))
         return out
 
@@ -254,18 +263,18 @@ class Reid(Task):
         ctx.log(f"{self.name}: {matched} of {len(query)} queries have a cross-camera match in the gallery")
         return {"queries": float(matched), "skipped_queries": float(skipped)}
 
-    def _chance(
-        self, query: ImageSet, gallery: ImageSet, centroids_of: Callable[[torch.Tensor], CentroidGallery], seed: int
-    ) -> dict[str, float]:
-        """Mean mAP of random embeddings (a ranking that ignores the images), per gallery kind."""
-        g = make_generator(seed, self.name, "chance")
-        images, centroids = [], []
-        for _ in range(CHANCE_DRAWS):
-            q_feat = torch.randn(len(query), 8, generator=g)
-            g_feat = torch.randn(len(gallery), 8, generator=g)
-            images.append(rank_images(q_feat, g_feat, query, gallery)[1])
-            centroids.append(evaluate_centroids(q_feat, query.labels, query.cams, centroids_of(g_feat))[1])
-        return {"chance_map_images": sum(images) / len(images), "chance_map_centroids": sum(centroids) / len(centroids)}
+    @staticmethod
+    def _chance(query: ImageSet, gallery: ImageSet,
+                centroids_of: Callable[[torch.Tensor], CentroidGallery]) -> dict[str, float]:
+        """Expected mAP of a uniformly random ranking (one that ignores the images), per gallery kind, exactly.
+
+        Exact rather than the mean of a few random rankings: with a few dozen queries (smoke
+        on real data) such a mean moves by several points from seed to seed.
+        """
+        per_query = random_ranking(query.labels, gallery.labels, query.cams, gallery.cams)[1]
+        images = float(per_query[~torch.isnan(per_query)].mean())
+        centroids = centroid_chance(query.labels, query.cams, centroids_of(torch.zeros(len(gallery), 1)))
+        return {"chance_map_images": images, "chance_map_centroids": centroids}
 
     def _group_map(self, q_feat: torch.Tensor, query: ImageSet, centroids: CentroidGallery, ctx: RunContext) -> None:
         """Reports ``map_centroid`` per demographic group of the queries (each query ranks every centroid)."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tasks.reid_metrics import evaluate_rank, query_average_precision
+from tasks.reid_metrics import evaluate_rank, query_average_precision, random_ranking
 
 JUNK_PID = -1
 DISTRACTOR_PID = 0
@@ -128,8 +128,9 @@ def evaluate_centroids(
     max_rank = min(max_rank, len(gallery.pids))
     cmc_sum = torch.zeros(max_rank, dtype=torch.float64)
     ap_sum, valid_sum = 0.0, 0
-    for rows, dist, g_cams, valid in _camera_blocks(q_feat, q_pids, q_cams, gallery):
-        cmc, mean_ap = evaluate_rank(dist, q_pids[rows], gallery.pids, q_cams[rows], g_cams, max_rank)
+    dist = _distances(q_feat, gallery)
+    for rows, g_cams, valid in _camera_blocks(q_pids, q_cams, gallery):
+        cmc, mean_ap = evaluate_rank(dist[rows], q_pids[rows], gallery.pids, q_cams[rows], g_cams, max_rank)
         cmc_sum += cmc.double() * valid
         ap_sum += mean_ap * valid
         valid_sum += valid
@@ -143,21 +144,41 @@ def centroid_query_aps(q_feat: torch.Tensor, q_pids: torch.Tensor, q_cams: torch
     """Returns each query's AP against the centroids, as :func:`evaluate_centroids` ranks them (NaN: no match)."""
     q_pids, q_cams = torch.as_tensor(q_pids).long().cpu(), torch.as_tensor(q_cams).long().cpu()
     aps = torch.full((len(q_pids),), float("nan"), dtype=torch.float64)
-    for rows, dist, g_cams, _ in _camera_blocks(q_feat, q_pids, q_cams, gallery):
-        aps[rows] = query_average_precision(dist, q_pids[rows], gallery.pids, q_cams[rows], g_cams)
+    dist = _distances(q_feat, gallery)
+    for rows, g_cams, _ in _camera_blocks(q_pids, q_cams, gallery):
+        aps[rows] = query_average_precision(dist[rows], q_pids[rows], gallery.pids, q_cams[rows], g_cams)
     return aps
 
 
-def _camera_blocks(q_feat: torch.Tensor, q_pids: torch.Tensor, q_cams: torch.Tensor, gallery: CentroidGallery):
-    """Yields, per query camera with a possible match: (query rows, their distances, centroid camera ids, matches)."""
-    dist = torch.cdist(F.normalize(q_feat.cpu().float(), dim=1), F.normalize(gallery.features.float(), dim=1))
+def centroid_chance(q_pids: torch.Tensor, q_cams: torch.Tensor, gallery: CentroidGallery) -> float:
+    """Returns the expected mAP of a random ranking of the centroids, exactly, as :func:`evaluate_centroids` ranks them.
+
+    Each query's candidates are the centroids :func:`evaluate_centroids` keeps for it, and
+    its expected AP is :func:`tasks.reid_metrics.random_ranking`'s; the mean is over the
+    queries with a match (NaN where none has one).
+    """
+    q_pids, q_cams = torch.as_tensor(q_pids).long().cpu(), torch.as_tensor(q_cams).long().cpu()
+    aps = torch.full((len(q_pids),), float("nan"), dtype=torch.float64)
+    for rows, g_cams, _ in _camera_blocks(q_pids, q_cams, gallery):
+        aps[rows] = random_ranking(q_pids[rows], gallery.pids, q_cams[rows], g_cams)[1]
+    valid = ~torch.isnan(aps)
+    return float(aps[valid].mean()) if valid.any() else float("nan")
+
+
+def _distances(q_feat: torch.Tensor, gallery: CentroidGallery) -> torch.Tensor:
+    """Returns the Euclidean distances of L2-normalised query and centroid embeddings."""
+    return torch.cdist(F.normalize(q_feat.cpu().float(), dim=1), F.normalize(gallery.features.float(), dim=1))
+
+
+def _camera_blocks(q_pids: torch.Tensor, q_cams: torch.Tensor, gallery: CentroidGallery):
+    """Yields, per query camera with a possible match: (query rows, centroid camera ids, matched queries)."""
     for cam in torch.unique(q_cams).tolist():
         rows = (q_cams == cam).nonzero().flatten()
         has_cam = gallery.cams[:, cam] if cam < gallery.cams.shape[1] else torch.zeros(len(gallery.pids), dtype=torch.bool)
         valid = _has_match(q_pids[rows], gallery.pids, ~has_cam)
         if valid == 0:
             continue
-        yield rows, dist[rows], torch.where(has_cam, torch.tensor(cam), torch.tensor(_NOT_A_CAMERA)), valid
+        yield rows, torch.where(has_cam, torch.tensor(cam), torch.tensor(_NOT_A_CAMERA)), valid
 
 
 def _has_match(q_pids: torch.Tensor, c_pids: torch.Tensor, allowed: torch.Tensor) -> int:

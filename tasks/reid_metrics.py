@@ -13,6 +13,8 @@ JUNK_PID = -1
 #: Bound on the elements of one [queries, gallery] block (32 MiB per int64 tensor).
 _BLOCK_ELEMENTS = 1 << 22
 
+_EULER_GAMMA = 0.5772156649015329
+
 
 def evaluate_rank(
     distmat: Any,
@@ -112,6 +114,46 @@ def query_average_precision(distmat: Any, q_pids: Any, g_pids: Any, q_camids: An
     if not dist.is_floating_point() or dist.dtype in (torch.float16, torch.bfloat16):
         dist = dist.float()
     return _evaluate(dist, _ids(q_pids), _ids(q_camids), _ids(g_pids), _ids(g_camids), 1)[1]
+
+
+def random_ranking(q_pids: Any, g_pids: Any, q_camids: Any, g_camids: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns each query's expected rank-1 hit and AP under a uniformly random ranking, exactly (no sampling).
+
+    The candidates of a query are those :func:`evaluate_rank` ranks: its R correct matches
+    (its identity, another camera, not junk) and its wrong matches (other identities, junk
+    left out). A random order puts a correct match first with probability R / N (N
+    candidates), and its expected average precision is ``(H_N + (R - 1) (N - H_N) / (N - 1)) / N``
+    (H_N the N-th harmonic number): position r holds a correct match with probability R / N,
+    and the r - 1 positions before it then hold the other R - 1 correct matches among N - 1
+    candidates with equal chance. Means over the queries with a match are the expected rank-1
+    and mAP of a ranking that ignores the images.
+
+    Args:
+        q_pids: [num_query] identities of the queries.
+        g_pids: [num_gallery] identities of the gallery images (-1 junk, 0 distractor).
+        q_camids: [num_query] camera ids of the queries.
+        g_camids: [num_gallery] camera ids of the gallery images.
+
+    Returns:
+        (expected rank-1 hit, expected AP), float64 [num_query] each, NaN where a query has
+        no correct match (the protocol skips it).
+    """
+    q_pids, g_pids = _ids(q_pids), _ids(g_pids)
+    q_camids, g_camids = _ids(q_camids), _ids(g_camids)
+    junk = (g_pids == JUNK_PID)[None, :]
+    correct, candidates = [], []
+    step = max(1, _BLOCK_ELEMENTS // max(len(g_pids), 1))
+    for start in range(0, len(q_pids), step):
+        same = g_pids[None, :] == q_pids[start:start + step, None]
+        hit = same & ~junk & (g_camids[None, :] != q_camids[start:start + step, None])
+        correct.append(hit.sum(1))
+        candidates.append((hit | ~(same | junk)).sum(1))
+    r = torch.cat(correct).double() if correct else torch.zeros(0, dtype=torch.float64)
+    n = torch.cat(candidates).double() if candidates else torch.zeros(0, dtype=torch.float64)
+    harmonic = torch.special.digamma(n + 1) + _EULER_GAMMA
+    ap = torch.where(n > 1, (harmonic + (r - 1) * (n - harmonic) / (n - 1).clamp(min=1)) / n.clamp(min=1), 1.0)
+    nan = torch.tensor(float("nan"), dtype=torch.float64)
+    return torch.where(r > 0, r / n.clamp(min=1), nan), torch.where(r > 0, ap, nan)
 
 
 def _evaluate(dist: torch.Tensor, q_pids: torch.Tensor, q_camids: torch.Tensor, g_pids: torch.Tensor,

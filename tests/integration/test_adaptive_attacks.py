@@ -57,7 +57,7 @@ def test_fewshot_benchmarks_pair_the_adaptive_adversaries():
     pretrained = {"face_reid_pretrained", "face_reid_pretrained_adapted", "face_reid_pretrained_restored"}
     assert set(tasks.get("fewshot_celeba").attacks) == FEWSHOT_ATTACKS | pretrained  # real faces: pretrained too
     for name in ("reid_synth_persons", "reid_market1501"):
-        assert tasks.get(name).attacks == ("attribute_inference", "denoise")
+        assert tasks.get(name).attacks == ("identity_linkage", "attribute_inference", "denoise")
 
 
 def test_blur_release_is_attacked_by_every_adversary_and_denoising_undoes_blur(capsys, tmp_path, shared_cache):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fixtures.reid_fixtures import write_fairface, write_market1501
+from fixtures.reid_fixtures import write_fairface, write_market1501, write_market_people
 
 from bench.cli import main
 from bench.core import scores
@@ -50,7 +50,8 @@ def test_reid_synth_persons_runs_both_models_and_the_gender_adversary(capsys, tm
     assert 0.5 <= attack["majority_gender"] <= 1.0
     _check_score(data, "attribute_inference", "gender", attack["acc_gender"])
     denoise = data["attacks"]["denoise"]
-    assert set(data["attacks"]) == {"attribute_inference", "denoise"}
+    assert set(data["attacks"]) == {"identity_linkage", "attribute_inference", "denoise"}
+    _check_linkage(data)
     assert denoise["clean_acc_gender"] == attack["clean_acc_gender"] and 0.0 <= denoise["acc_raw_gender"] <= 1.0
     assert denoise["denoiser_trained"] == 1.0 and 0.0 < denoise["ssim"] <= 1.0
     _check_score(data, "denoise", "", denoise["acc_gender"])
@@ -68,6 +69,20 @@ def _check_score(data: dict, attack: str, part: str, value: float) -> None:
         assert score is None and data["privacy_flags"][f"{attack}.{part}" if part else attack] == scores.TOO_WEAK
 
 
+def _check_linkage(data: dict) -> None:
+    """The identity-linkage adversary: top-1 against the exact chance of a random ranking, scored iff significant."""
+    link = data["attacks"]["identity_linkage"]
+    assert 0.0 < link["chance"] < 1.0 and 0.0 < link["chance_map"] < 1.0 and link["queries"] > 0
+    for name in ("top1", "top1_clean", "map", "map_clean"):
+        assert 0.0 <= link[name] <= 1.0, name
+    score = data["privacy"]["identity_linkage"]
+    if scores.is_significant(link["top1_clean"], link["chance"], int(link["queries"])):
+        expected = 1 - min(max((link["top1"] - link["chance"]) / (link["top1_clean"] - link["chance"]), 0.0), 1.0)
+        assert score == pytest.approx(expected)
+    else:
+        assert score is None and data["privacy_flags"]["identity_linkage"] == scores.TOO_WEAK
+
+
 def test_identity_release_reuses_the_clean_models_and_repeats_exactly(capsys, tmp_path, shared_cache):
     first = _bench_run(capsys, tmp_path / "a", shared_cache, "reid_synth_persons", "identity")
     again = _bench_run(capsys, tmp_path / "b", shared_cache, "reid_synth_persons", "identity")
@@ -77,16 +92,40 @@ def test_identity_release_reuses_the_clean_models_and_repeats_exactly(capsys, tm
     _check_score(first, "attribute_inference", "gender", attack["acc_gender"])
     assert first["attacks"]["denoise"]["denoiser_trained"] == 0.0
     assert first["attacks"]["denoise"]["acc_gender"] == attack["clean_acc_gender"]
+    link = first["attacks"]["identity_linkage"]
+    assert link["top1"] == link["top1_clean"] and link["map"] == link["map_clean"]
 
 
 def test_reid_market1501_reads_the_official_layout(capsys, tmp_path):
     root = tmp_path / "data"
     write_market1501(root, cams=2)
     data = _bench_run(capsys, tmp_path, tmp_path / "cache", "reid_market1501", "identity", "--data-root", str(root),
-                      "--set", "task.p=2", "--set", "task.k=2")
+                      "--set", "task.p=2", "--set", "task.k=2", "--set", "identity_linkage.p=2")
     assert data["dataset"] == "market1501" and not data["synthetic"]
     assert 0.0 <= data["utility"]["map_centroid"] <= 1.0
     assert data["attacks"]["attribute_inference"]["test_images_gender"] > 0
+    assert data["attacks"]["identity_linkage"]["queries"] > 0
+
+
+def test_pedestrians_without_attribute_labels_keep_a_privacy_axis(capsys, tmp_path):
+    root = tmp_path / "data"
+    write_market_people(root, n_train=12, n_test=12, cams=2, per_cam=3)  # no attribute file
+    code, _, err = _run(capsys, "run", "--task", "reid_market1501", "--mechanism", "blur", "--param", "radius=2",
+                        "--profile", "smoke", "--data-root", str(root), "--results-dir", str(tmp_path / "r0"), "-q",
+                        "--attacks", "attribute_inference,identity_linkage")
+    assert code == 2 and "--attacks identity_linkage" in err  # an adversary the user names is never left out
+    assert not (tmp_path / "r0").exists()
+    results = tmp_path / "results"
+    code, out, err = _run(capsys, "run", "--task", "reid_market1501", "--mechanism", "blur", "--param", "radius=2",
+                          "--profile", "smoke", "--device", "cpu", "--data-root", str(root), "--results-dir",
+                          str(results), "--cache-dir", str(tmp_path / "cache"), "-q")
+    assert code == 0 and "left out attribute_inference, denoise: the market1501 data does not label" in err, err
+    data = _result(capsys, out, results)  # the defaults, less the adversaries with nothing to infer
+    assert set(data["attacks"]) == {"identity_linkage"}
+    link = data["attacks"]["identity_linkage"]
+    assert scores.is_significant(link["top1_clean"], link["chance"], int(link["queries"]))  # flat outfits link easily
+    assert data["privacy"]["identity_linkage"] is not None and data["privacy_score"] is not None
+    _check_linkage(data)
 
 
 def test_attributes_fairface_reports_fidelity_and_three_attributes(capsys, tmp_path):
