@@ -27,6 +27,7 @@ from bench.core.groups import DEMOGRAPHICS, attack_groups, demographic_groups
 from bench.core.interfaces import Attack, AttackOutcome, Release, RunContext
 from bench.core.keys import content_key
 from bench.core.registry import register_attack
+from bench.data.attribute_table import coding_note
 from bench.data.base import ImageSet, Splits
 from bench.errors import BenchError
 from bench.nn.augment import augment
@@ -203,6 +204,8 @@ class AttributeInference(Attack):
         """Returns the classifier of ``attr`` trained on clean images (cached) and its clean test facts."""
         clean_train, clean_test = self._sets(clean, attr, test_splits)
         values = self._value_count(clean, attr)
+        names = clean[self.config.train_split].attr_names.get(attr)
+        ctx.log(f"attribute_inference infers {coding_note(attr, names) if names else f'{attr}: {values} classes'}")
         majority = int(torch.bincount(clean_train.labels, minlength=values).argmax())
         model = self._model(attr, values, clean_train, ("clean", clean.fingerprint), ctx)
         hits, chance_hits = self.hits(model, clean_test, ctx), clean_test.labels == majority

@@ -88,6 +88,11 @@ def _box_pass(x: torch.Tensor, whole: int, inner: torch.Tensor | int, edge: torc
         int32 [..., L, M] with values in 0..255.
     """
     length = x.shape[-2]
+    if whole >= length - 1:
+        window, far = _whole_line_window(x, whole)
+        high = window * (inner >> 8) + far * (edge >> 8)
+        low = window * (inner & 255) + far * (edge & 255)
+        return (high + ((low + (1 << 23)) >> 8)) >> 16
     index = torch.arange(-whole - 1, length + whole + 1, device=x.device).clamp_(0, length - 1)
     padded = x.index_select(-2, index)
     if whole <= _BLUR_SLICE_MAX:
@@ -101,6 +106,21 @@ def _box_pass(x: torch.Tensor, whole: int, inner: torch.Tensor | int, edge: torc
     high = window * (inner >> 8) + far * (edge >> 8)
     low = window * (inner & 255) + far * (edge & 255)
     return (high + ((low + (1 << 23)) >> 8)) >> 16
+
+
+def _whole_line_window(x: torch.Tensor, whole: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The window sums and edge pairs of :func:`_box_pass` when every window spans the whole line (r >= L - 1).
+
+    Window i then holds the line once, its first value r - i more times and its last
+    i + r - L + 1 more times, and both edge pixels are the line's ends: O(L) for any radius,
+    where padding the line would take O(L + 2r) (a radius of 1e9 asks for lines of 2e9
+    values). The sums wrap to int32 as the padded cumulative sum does.
+    """
+    length = x.shape[-2]
+    first, last = x.narrow(-2, 0, 1).long(), x.narrow(-2, length - 1, 1).long()
+    i = torch.arange(length, device=x.device, dtype=torch.int64).view(length, 1)
+    window = x.long().sum(-2, keepdim=True) + (whole - i) * first + (i + whole - length + 1) * last
+    return window.to(torch.int32), (first + last).to(torch.int32).expand_as(x)
 
 
 def _blur_group(x: torch.Tensor, whole: int, inner: torch.Tensor, edge: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,10 @@ from bench.core.interfaces import Mechanism, Param, ParamSpace, Streams
 from bench.core.registry import register_mechanism
 from mechanisms._blur import gaussian_blur
 
+MAX_RADIUS = 2e9
+"""Pillow refuses radii from 2^31 on (its box radius is a C int); from the image's side on, any radius blurs
+the same way and as fast (each line's window holds the whole line)."""
+
 
 @register_mechanism("blur")
 class Blur(Mechanism):
@@ -20,7 +24,8 @@ class Blur(Mechanism):
 
     description = "Gaussian blur, Pillow GaussianBlur(radius) semantics."
     params = ParamSpace(
-        radius=Param(float, 2.0, low=0.0, tune=(0.5, 10.0), help="PIL GaussianBlur radius (standard deviation)"),
+        radius=Param(float, 2.0, low=0.0, high=MAX_RADIUS, tune=(0.5, 10.0),
+                     help="PIL GaussianBlur radius (standard deviation)", unit="px"),
     )
 
     def apply(

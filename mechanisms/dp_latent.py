@@ -166,7 +166,8 @@ class DPLatent(Mechanism):
         clip_low=Param(float, 0.05, low=0.0, high=1.0, tune=(0.0, 0.25), help="quantile of the lower clip bound"),
         clip_high=Param(float, 0.95, low=0.0, high=1.0, tune=(0.75, 1.0), help="quantile of the upper clip bound"),
         latent_dim=Param(int, 32, low=1, tune=(8, 128), help="latent components d of the default autoencoder"),
-        steps=Param(int, 300, low=1, tune=(100, 3000), help="training steps of the default autoencoder"),
+        steps=Param(int, 300, low=1, tune=(100, 3000), help="training steps of the default autoencoder",
+                    cost="linear"),
     )
     conformance_params = {"steps": 25}
 

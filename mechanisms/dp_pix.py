@@ -43,7 +43,7 @@ class DPPix(Mechanism):
     description = "Pixelate, then Laplace noise on every cell mean (epsilon-DP, m-pixel neighbours)."
     params = ParamSpace(
         epsilon=Param(float, 3.0, low=0.0, low_open=True, log=True, tune=(0.1, 100.0), help="privacy budget"),
-        block=Param(int, 4, low=1, high=MAX_BLOCK, tune=(2, 16), help="cell side b in pixels"),
+        block=Param(int, 4, low=1, high=MAX_BLOCK, tune=(2, 16), help="cell side b", unit="px"),
         m=Param(int, 1, low=1, tune=(1, 1), help="neighbouring images differ in at most m pixels"),
     )
 

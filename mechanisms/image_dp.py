@@ -30,7 +30,7 @@ class ImageDP(Mechanism):
             float, 1e6, low=0.0, low_open=True, log=True, nullable=True, tune=(1e-3, 1e7),
             help="privacy budget; none = no noise",
         ),
-        block=Param(int, 2, low=1, high=MAX_BLOCK, tune=(1, 8), help="pixelation cell side b"),
+        block=Param(int, 2, low=1, high=MAX_BLOCK, tune=(1, 8), help="pixelation cell side b", unit="px"),
         colours=Param(int, 32, low=1, high=256, log=True, tune=(1, 128), help="quantisation step c: 256/c levels kept"),
     )
 

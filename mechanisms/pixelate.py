@@ -19,7 +19,7 @@ class Pixelate(Mechanism):
 
     description = "Mosaic: each b x b cell filled with its mean colour."
     params = ParamSpace(
-        block=Param(int, 4, low=1, high=MAX_BLOCK, tune=(2, 16), help="cell side b in pixels"),
+        block=Param(int, 4, low=1, high=MAX_BLOCK, tune=(2, 16), help="cell side b", unit="px"),
     )
 
     def apply(

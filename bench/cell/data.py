@@ -33,7 +33,7 @@ def cell_data(planned: Plan) -> Splits:
 
 
 def image_chain(clean: Splits, task: Task) -> dict[str, Any]:
-    """Returns the sizes images pass through: native (as read), stored (where the mechanism runs), task input.
+    """Returns the sizes images pass through: native (as read), stored (released: where the mechanism runs), task input.
 
     ``upscaled`` counts images the loader enlarged to the stored size (from the dataset's
     ``info["images"]``, written by :func:`bench.data.base.size_report`).
@@ -49,5 +49,6 @@ def image_chain(clean: Splits, task: Task) -> dict[str, Any]:
     kept = clean.info.get("storage")
     if kept:
         chain["upscaled_examples"] = list(kept.get("upscaled_examples", []))
-        chain["size_option"] = list(kept["target"])
+        if kept.get("target"):  # the user's size option; none: stored at the images' own size
+            chain["size_option"] = list(kept["target"])
     return chain

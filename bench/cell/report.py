@@ -108,9 +108,9 @@ def format_result(result: Result, run_id: str | None = None, where: str | None =
         native = chain["native"]["median"]
         upscaled = f"; {chain['upscaled']} upscaled before the mechanism" if chain.get("upscaled") else ""
         channels = {1: ", 1 channel", 3: ", 3 channels"}.get(chain.get("channels"), "")
-        lines.append(f"images: native {native[0]}x{native[1]} (median) -> stored {chain['stored'][0]}x"
-                     f"{chain['stored'][1]}{channels} (the mechanism runs here) -> task input {chain['task_input'][0]}x"
-                     f"{chain['task_input'][1]}{upscaled}")
+        lines.append(f"images: native {native[0]}x{native[1]} (median) -> released {chain['stored'][0]}x"
+                     f"{chain['stored'][1]}{channels} ({_released_at(chain)}) -> model input "
+                     f"{chain['task_input'][0]}x{chain['task_input'][1]}{upscaled}")
     if result.groups:
         lines += ["", format_groups(result.groups)]
     lines.append(f"runtime: {result.runtime_s:.1f} s on {result.device}   cell {result.cell_key}")
@@ -200,6 +200,16 @@ def _group_metric(row: dict | None, metric: str) -> list[str]:
 
 def _group_plain(row: dict | None, metric: str) -> str:
     return f"{row[metric]:.4f}" if row and row.get(metric) is not None else "–"
+
+
+def _released_at(chain: dict) -> str:
+    """Says why the mechanism ran at the released size: the images' own, their smallest common, or the user's cap."""
+    native, stored = chain["native"], chain["stored"]
+    if list(native["min"]) == list(native["max"]) == list(stored):
+        return "the mechanism runs here, at the images' own size"
+    if chain.get("size_option"):
+        return f"the mechanism runs here; task.data.size={chain['size_option'][0]}x{chain['size_option'][1]} caps it"
+    return "the mechanism runs here, at the images' smallest common size"
 
 
 def _stage_order(stage: str) -> tuple[int, str]:

@@ -56,7 +56,10 @@ def describe(kind: str, name: str, obj) -> list[str]:
     lines = [f"{name:<24}{summary}" if len(name) < 24 else f"{name}  {summary}"]
     if kind == "mechanisms":
         for pname, param in obj.params.items():
-            lines.append(f"    {pname:<12}{param.describe()}" + (f"  ({param.help})" if param.help else ""))
+            pixels = getattr(param, "unit", None) == "px"
+            unit = "; in pixels of each image at the size it has in the data" if pixels else ""
+            text = f"{param.help}{unit}" if param.help else unit.removeprefix("; ")
+            lines.append(f"    {pname:<12}{param.describe()}" + (f"  ({text})" if text else ""))
         lines.append(f"    claim       {claim_unit(obj)}")
     elif kind == "benchmarks":
         lines += describe_benchmark(obj)

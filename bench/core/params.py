@@ -26,6 +26,11 @@ class Param:
         nullable: Whether ``none`` is a valid value (e.g. "no noise").
         tune: (low, high) range searched by ``bench tune``; defaults to (low, high).
         help: One line for ``bench list``.
+        cost: ``linear`` when the mechanism's run time grows in proportion to the value
+            (a training's steps): the plan's time estimate scales with it
+            (:mod:`bench.cell.estimate`); None when the value does not change the time much.
+        unit: ``px`` for a length in pixels of the image the mechanism runs on (each image
+            at the size it has in the data, the same in every profile); ``bench list`` says so.
     """
 
     type: type
@@ -38,6 +43,8 @@ class Param:
     nullable: bool = False
     tune: tuple[float, float] | None = None
     help: str = ""
+    cost: str | None = None
+    unit: str | None = None
 
     def parse(self, name: str, value: Any, owner: str = "") -> Any:
         """Converts and validates a value given as a string or a Python object.

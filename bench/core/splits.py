@@ -119,12 +119,15 @@ class SplitShape:
             sorted; None: the data has no camera ids (or they are not known before loading).
         faces: Images carrying at least one face box (0: none has, e.g. the data has no
             boxes); None: not known before the data is loaded.
+        stored: (height, width) its images are stored (and released) at, where the loader
+            reads it from the images' headers; None: not known before the data is loaded.
     """
 
     counts: tuple[int, ...]
     attributes: tuple[str, ...] | None = None
     cameras: tuple[tuple[int, int, int], ...] | None = None
     faces: int | None = None
+    stored: tuple[int, int] | None = None
 
     @classmethod
     def of_labels(cls, labels: Sequence[int], attributes: Sequence[str] | None = None,

@@ -1,9 +1,11 @@
 """Options and class-disjoint splits shared by the loaders of labelled image collections.
 
 ``folder``, ``hf`` and ``omniglot`` take the same options for what they store (``size``,
-``grey``) and how they split classes (``min_images``, ``split_fractions``, ``seed``,
-``max_classes``); :func:`split_classes` makes the class-disjoint, seeded train / val /
-test split, and :func:`code_values` turns annotation values into attribute codes.
+``grey``) and how they shape and split classes (``min_images``, ``split_fractions``,
+``seed``, ``max_classes``, ``per_class``, ``test_classes``, ``min_test_classes``; every
+loader names these the same, :data:`SHAPE_OPTIONS`); :func:`split_classes` makes the
+class-disjoint, seeded train / val / test split, :func:`cap_per_class` the per-class image
+cap, and :func:`code_values` turns annotation values into attribute codes.
 """
 
 from __future__ import annotations
@@ -20,13 +22,22 @@ from bench.randomness.seeding import make_generator
 
 SPLITS = ("train", "val", "test")
 COMMON_DEFAULTS: dict[str, Any] = {
-    "size": 84,
+    "size": None,
     "min_images": 2,
     "split_fractions": (0.64, 0.16, 0.20),
     "seed": 0,
     "max_classes": None,
+    "per_class": None,
+    "test_classes": None,
+    "min_test_classes": None,
     "grey": None,
 }
+"""``size`` None: the images' own size (the mechanism runs on the pixels a user has)."""
+CLASS_SPLIT_ONLY = ("test_classes", "min_test_classes")
+"""Options of class-disjoint splits only: loaders that split every class by image (labelled_folder) have none."""
+SHAPE_OPTIONS = ("max_classes", "per_class", *CLASS_SPLIT_ONLY)
+"""The options that shape a labelled collection, one name in every loader: classes (people) used, images per
+class, test classes exactly, and the fewest test classes a profile asks for."""
 
 
 def parse_options(dataset: str, options: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -42,14 +53,15 @@ def parse_options(dataset: str, options: Mapping[str, Any], defaults: Mapping[st
     check_option_names(dataset, options, defaults)
     opts = {k: _none(options[k]) if k in options else v for k, v in defaults.items()}
     checks = {"size": parse_size, "min_images": _positive, "max_classes": _positive, "per_class": _positive,
-              "seed": _integer, "split_fractions": _fractions, "grey": _grey, "rotations": _boolean}
+              "test_classes": _positive, "min_test_classes": _positive, "seed": _integer,
+              "split_fractions": _fractions, "grey": _grey, "rotations": _boolean}
     for key, check in checks.items():
         if key in opts and opts[key] is not None:
             try:
                 opts[key] = check(opts[key])
             except (TypeError, ValueError) as exc:
                 raise BenchError(f"{dataset}: option {key}: {exc}") from None
-    for key in ("size", "min_images", "seed", "split_fractions", "rotations"):
+    for key in ("min_images", "seed", "split_fractions", "rotations"):
         if key in opts and opts[key] is None:
             raise BenchError(f"{dataset}: option {key} cannot be none")
     return opts
@@ -110,13 +122,18 @@ def split_classes(counts: Mapping[Any, int], opts: Mapping[str, Any], dataset: s
 
     The eligible classes, sorted, are permuted by a generator seeded from ``seed``, cut to
     ``max_classes``, and divided by ``split_fractions`` (largest remainders; every split
-    with a positive fraction gets at least one class).
+    with a positive fraction gets at least one class). ``test_classes`` fixes the test
+    split's size; ``min_test_classes`` (what a profile asks for) raises it to that many
+    where at least as many classes stay for train and val (a smaller collection keeps its
+    fractions: the face adversaries then fold over every identity). Train and val share
+    the rest in their fractions' proportion.
 
     Returns:
         Split -> its classes, sorted.
 
     Raises:
-        BenchError: Fewer eligible classes than splits to fill; the message names min_images.
+        BenchError: Fewer eligible classes than splits to fill (naming min_images), or a
+            ``test_classes`` that leaves a split with a positive fraction empty.
     """
     eligible = sorted(c for c, n in counts.items() if n >= opts["min_images"])
     fractions = opts["split_fractions"]
@@ -129,10 +146,51 @@ def split_classes(counts: Mapping[Any, int], opts: Mapping[str, Any], dataset: s
     order = torch.randperm(len(eligible), generator=make_generator(opts["seed"], dataset, "classes")).tolist()
     chosen = [eligible[i] for i in order][: opts["max_classes"]]
     sizes = _allocate(len(chosen), fractions)
+    test = count_test_classes(len(chosen), sizes[2], fractions, opts, dataset)
+    if test != sizes[2]:
+        rest = (fractions[0] + fractions[1]) or 1.0
+        sizes = [*_allocate(len(chosen) - test, [fractions[0] / rest, fractions[1] / rest, 0.0])[:2], test]
     out, start = {}, 0
     for split, n in zip(SPLITS, sizes):
         out[split] = sorted(chosen[start : start + n])
         start += n
+    return out
+
+
+def count_test_classes(n: int, share: int, fractions: Sequence[float], opts: Mapping[str, Any], dataset: str
+                       ) -> int:
+    """Returns how many of ``n`` classes go to test: ``test_classes``, else ``min_test_classes`` where half remain.
+
+    Raises:
+        BenchError: ``test_classes`` leaves too few classes for train (and val, where its fraction is positive).
+    """
+    others = sum(f > 0 for f in fractions[:2])
+    exact, floor = opts.get("test_classes"), opts.get("min_test_classes")
+    if exact is not None:
+        if exact > n - others:
+            raise BenchError(f"{dataset}: test_classes={exact} leaves {n - exact} of the {n} classes for train and "
+                             f"val, which need {others}; lower task.data.test_classes")
+        return int(exact)
+    if floor is not None and share < floor <= n - max(floor, others):  # at least half stays for train and val
+        return int(floor)
+    return share
+
+
+def cap_per_class(files: Mapping[Any, Sequence[str]], per_class: int | None, seed: int, dataset: str
+                  ) -> dict[Any, list[str]]:
+    """Keeps at most ``per_class`` images of each class: a seeded choice per class, in the class's own order.
+
+    Returns:
+        Class -> its kept images (the lists themselves, as lists, when ``per_class`` is None or they fit).
+    """
+    out = {}
+    for name, members in files.items():
+        members = list(members)
+        if per_class is not None and len(members) > per_class:
+            g = make_generator(seed, dataset, "per_class", str(name))
+            keep = sorted(torch.randperm(len(members), generator=g)[:per_class].tolist())
+            members = [members[i] for i in keep]
+        out[name] = members
     return out
 
 

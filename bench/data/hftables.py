@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from bench.data.classsplit import code_values
+from bench.data.attribute_table import code_attribute
 from bench.errors import BenchError
 
 SPLIT_WORDS = {"train": "train", "training": "train", "validation": "val", "valid": "val", "val": "val",
@@ -245,7 +245,7 @@ def _categories(values: list[Any], name: str, feature: Any) -> tuple[list[int], 
     if bad is not None:
         raise BenchError(f"hf: attribute column {name!r} must hold categories (integers, names), got "
                          f"{type(bad).__name__} {bad!r}")
-    return code_values(values)
+    return code_attribute(name, values)
 
 
 def _boxes(value: Any, fmt: str, name: str, row: int) -> np.ndarray:

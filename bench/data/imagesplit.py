@@ -16,6 +16,8 @@ recorded in the loaded data's ``info["split"]``:
 
 Classes are those with at least ``min_images`` train images (the first ``max_classes`` in
 sorted order), relabelled 0..K-1; images of other classes are left out and counted.
+``per_class`` keeps at most that many images of each class (a seeded choice per class,
+before the split), as in every loader.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from bench.data.classsplit import cap_per_class
 from bench.errors import BenchError
 from bench.randomness.seeding import make_generator
 
@@ -73,13 +76,14 @@ def split_images(own: Sequence[str], keys: Sequence[Any], opts: Mapping[str, Any
         own: Each image's split in the data itself (``train``, ``val``, ``test``, or "").
         keys: Each image's class (any sortable key; None: unlabelled, left out).
         opts: ``split`` (auto, dataset, images), ``split_fractions``, ``seed``,
-            ``min_images``, ``max_classes``.
+            ``min_images``, ``max_classes``, ``per_class``.
         dataset: The loader's name, for messages and seeds.
 
     Raises:
         BenchError: ``split: dataset`` without own train and val/test splits, or fewer than
             two classes with ``min_images`` train images (the message names the setting).
     """
+    keys = _cap_images(keys, opts.get("per_class"), opts["seed"], dataset)
     present = {s for s in own if s}
     has_own = "train" in present and bool(present & {"val", "test"})
     if opts["split"] == "dataset" and not has_own:
@@ -106,6 +110,19 @@ def split_images(own: Sequence[str], keys: Sequence[Any], opts: Mapping[str, Any
         how = (f"stratified by class, seed {opts['seed']}, fractions {', '.join(f'{f:g}' for f in opts['split_fractions'])}"
                f" ({why})")
     return _keep_classes(split_of, keys, opts, dataset, how)
+
+
+def _cap_images(keys: Sequence[Any], per_class: int | None, seed: int, dataset: str) -> list[Any]:
+    """Returns the keys with all but ``per_class`` images of each class (a seeded choice) set to None (left out)."""
+    keys = list(keys)
+    if per_class is None:
+        return keys
+    by_class: dict[Any, list[str]] = {}
+    for i, key in enumerate(keys):
+        if key is not None:
+            by_class.setdefault(key, []).append(str(i))
+    kept = {int(i) for members in cap_per_class(by_class, per_class, seed, dataset).values() for i in members}
+    return [key if i in kept else None for i, key in enumerate(keys)]
 
 
 def _stratify(split_of: list[str], keys: Sequence[Any], names: Sequence[str], fractions: Sequence[float],

@@ -1,18 +1,21 @@
-"""Where a dataset of user images is stored: at the images' own size and channels, never upscaled for a task.
+"""Where a dataset of user images is stored: at the images' own size and channels, never resized for a profile.
 
-A task's ``size`` option says how large the network's data may be stored, but a mechanism
-must run on the pixels the user has (as ``bench release`` runs it), not on interpolated
-ones. :func:`survey` reads every image's header (no pixels: its size after the EXIF
-orientation and whether it has one channel), and :func:`storage_size` picks the stored
-size from it:
+A mechanism runs on the pixels a user would publish (as ``bench release`` runs it), so the
+stored size is the images' own: profiles change how many images a cell uses and what the
+task's networks see after the release, never this size. :func:`survey` reads every
+image's header (no pixels: its size after the EXIF orientation and whether it has one
+channel), and :func:`storage_size` picks the stored size from it:
 
-- every image covers ``size`` (after the centre crop to its aspect ratio): ``size``, as
-  before (the images are downscaled);
-- otherwise the smallest common size: per axis the smallest image's side, capped at
-  ``size``, so that every image is only cropped and downscaled, and a folder of images of
-  one size is stored exactly as it is. One tiny image does not shrink every other: images
-  with a side below half the median image's are left out of the minimum, and they are the
-  ones still upscaled, counted and named (a warning says how to avoid it).
+- ``size`` unset (the default): the images' smallest common size, per axis the smallest
+  image's side, so that every image is only cropped and downscaled, and a folder of images
+  of one size is stored exactly as it is;
+- ``size`` set by the user (a declared preprocessing, as a crop is): at most ``size``
+  (after the centre crop to its aspect ratio), the smallest common size where some image
+  is smaller.
+
+One tiny image does not shrink every other: images with a side below half the median
+image's are left out of the minimum, and they are the ones still upscaled, counted and
+named (a warning says how to avoid it).
 
 Images are kept in one tensor per split, so they share one size: per-image sizes would
 need every task, adversary and release to take ragged batches. A folder whose images all
@@ -68,9 +71,9 @@ class Storage:
     examples: tuple[str, ...] = ()
     smallest: tuple[int, int] = (0, 0)
 
-    def info(self, target: Sequence[int]) -> dict:
-        """Returns the facts a loader records in its info (``storage``)."""
-        return {"target": [int(target[0]), int(target[1])], "stored": list(self.size),
+    def info(self, target: Sequence[int] | None) -> dict:
+        """Returns the facts a loader records in its info (``storage``; ``target`` None: native size)."""
+        return {"target": None if target is None else [int(target[0]), int(target[1])], "stored": list(self.size),
                 "channels": 1 if self.grey else 3, "upscaled": self.upscaled, "upscaled_examples": list(self.examples),
                 "smallest": list(self.smallest)}
 
@@ -113,20 +116,25 @@ def crop_sizes(natives: np.ndarray, size: Sequence[int]) -> np.ndarray:
     return np.asarray(out, dtype=np.int64).reshape(-1, 2)
 
 
-def storage_size(natives: np.ndarray, names: Sequence[str], target: Sequence[int], grey: bool,
+def storage_size(natives: np.ndarray, names: Sequence[str], target: Sequence[int] | None, grey: bool,
                  own_size: bool = True) -> Storage:
-    """Picks the stored size: ``target`` where every image covers it, else the images' smallest common size.
+    """Picks the stored size: the images' smallest common size, at most ``target`` where one is given.
 
     Args:
         natives: [N, 2] native (height, width).
         names: The images' names (for the upscaled examples).
-        target: The task's stored (height, width): the most the images are stored at.
+        target: The user's ``size`` option: the most the images are stored at; None (the
+            default) stores them at their own size, however large.
         grey: Store one channel.
         own_size: False keeps ``target`` whatever the images' sizes (for a network built for
             that size), upscaling what is smaller.
     """
-    target = (int(target[0]), int(target[1]))
     natives = np.asarray(natives, dtype=np.int64).reshape(-1, 2)
+    if target is None:
+        if not len(natives):
+            raise BenchError("no images to store")
+        own_size, target = True, tuple(int(v) for v in natives.max(axis=0))
+    target = (int(target[0]), int(target[1]))
     if not len(natives):
         return Storage(target, grey)
     size = target
@@ -145,13 +153,13 @@ def channels_of(grey: bool | None, found: Survey) -> bool:
     return found.grey if grey is None else bool(grey)
 
 
-def resolve(items: Iterable[tuple[str, bytes | Path]], target: Sequence[int], grey: bool | None,
+def resolve(items: Iterable[tuple[str, bytes | Path]], target: Sequence[int] | None, grey: bool | None,
             own_size: bool = True, oriented: bool = True) -> Storage:
     """Surveys the images and returns where they are stored.
 
     Args:
         items: (name, file or encoded bytes) of each image, in order.
-        target: The task's stored (height, width).
+        target: The ``size`` option: the most images are stored at; None: their own size.
         grey: The ``grey`` option: True or False overrides, None detects it.
         own_size: Store images smaller than ``target`` at their own size (:func:`storage_size`);
             false keeps ``target`` (for a network built for that size), upscaling what is smaller.

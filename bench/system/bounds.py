@@ -158,22 +158,32 @@ def cell_needs(task: Any, attacks: Mapping[str, Any], shape: Mapping[str, Any] |
         if hasattr(acfg, "enrol_per_id") and hasattr(acfg, "model"):  # a trained embedder (not a pretrained one)
             needs += face_reid_needs(name, acfg, images)
         if hasattr(acfg, "downscale"):
-            needs += denoise_needs(name, acfg, _side(task), images)
+            needs += denoise_needs(name, acfg, _side(task, shape), images)
     return needs
 
 
 def data_needs(task: Any, shape: Mapping[str, Any] | None) -> Iterable[Need]:
-    """The dataset: every image stored (uint8, 3 channels, at ``task.data.size``) and as float network input."""
+    """The dataset: every image stored (uint8, 3 channels, at its stored size) and as float network input.
+
+    The stored size is what the loader read from the images' headers (``SplitShape.stored``:
+    their own size, where the mechanism runs), else ``task.data.size``; a folder of photos
+    far too large to hold is refused here, naming the options that shrink it.
+    """
     options = task.data_options()
     count = _images(shape) or _option_images(options)
     if not count:
         return
     counts = tuple(f"task.data.{k}" for k in ("n_ids", "per_id", "n_train", "n_val", "n_test", "n_population",
-                                               "classes", "images_per_class", "max_images") if k in options)
-    stored = _sides(options.get("size")) or (1, 1)  # at least a pixel each
-    shown = f" of {stored[0]}x{stored[1]}" if "size" in options else ""
-    yield Need(f"{count:,} stored images{shown}", count * 3 * stored[0] * stored[1],
-               ("task.data.size", *counts) if "size" in options else counts or ("task.data",))
+                                               "classes", "images_per_class", "max_images", "max_classes",
+                                               "per_class") if k in options)
+    native = _stored(shape)
+    stored = native or _sides(options.get("size")) or (1, 1)  # at least a pixel each
+    shown = f" of {stored[0]}x{stored[1]}" if native or "size" in options else ""
+    if native:
+        settings = ("task.data.size", *counts, "task.data.max_classes", "task.data.per_class")
+    else:
+        settings = ("task.data.size", *counts) if "size" in options else counts or ("task.data",)
+    yield Need(f"{count:,} stored images{shown}", count * 3 * stored[0] * stored[1], tuple(dict.fromkeys(settings)))
     cfg = getattr(task, "config", None)
     side = _sides(task.input_size())
     name = next((f"task.{n}" for n in ("image_size", "input_size") if hasattr(cfg, n)), None)
@@ -274,6 +284,15 @@ def _option_images(options: Mapping[str, Any]) -> int:
                get("classes") * max(1, get("images_per_class")), get("images_per_class"), get("max_images"))
 
 
+def _stored(shape: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    """Returns the stored (height, width) a loader read from the images' headers (``SplitShape.stored``), else None."""
+    for split in (shape or {}).values():
+        stored = getattr(split, "stored", None)
+        if stored:
+            return int(stored[0]), int(stored[1])
+    return None
+
+
 def _sides(size: Any) -> tuple[int, int] | None:
     """Returns (height, width) of a ``size`` option or input size (an int, a pair), else None."""
     if _is_count(size):
@@ -283,8 +302,8 @@ def _sides(size: Any) -> tuple[int, int] | None:
     return None
 
 
-def _side(task: Any) -> int:
-    sides = _sides(task.data_options().get("size")) or _sides(task.input_size()) or (64, 64)
+def _side(task: Any, shape: Mapping[str, Any] | None = None) -> int:
+    sides = _stored(shape) or _sides(task.data_options().get("size")) or _sides(task.input_size()) or (64, 64)
     return max(sides)
 
 

@@ -24,11 +24,13 @@ FACES = ("face_reid", "face_reid_adapted", "denoise")
 REAL_FACES = FACES + ("face_reid_pretrained", "face_reid_pretrained_adapted", "face_reid_pretrained_restored")
 """Real faces are attacked by pretrained recognizers too (on by default where the faces are real)."""
 PERSONS = ("attribute_inference", "denoise")
+PEDESTRIANS = ("identity_linkage", *PERSONS)
+"""Pedestrians are linked to a clean gallery too (identity_linkage needs no attribute labels)."""
 EXISTING = {
     "fewshot_synth_faces": (FewShot, "synth_faces", FACES, ()),
     "fewshot_celeba": (FewShot, "celeba", REAL_FACES, ()),
-    "reid_synth_persons": (Reid, "synth_persons", PERSONS, ("gender",)),
-    "reid_market1501": (Reid, "market1501", PERSONS, ("gender",)),
+    "reid_synth_persons": (Reid, "synth_persons", PEDESTRIANS, ("gender",)),
+    "reid_market1501": (Reid, "market1501", PEDESTRIANS, ("gender",)),
     "attributes_fairface": (Fidelity, "fairface", PERSONS, ("gender", "age", "race")),
 }
 NEW = {"fewshot_folder": "folder", "fewshot_omniglot": "omniglot", "fewshot_miniimagenet": "miniimagenet"}
@@ -64,7 +66,7 @@ def test_new_benchmarks_follow_the_papers_table_ii():
     assert omniglot.data["size"] == omniglot.image_size == 28 and omniglot.train_way == 60
     assert (omniglot.epochs, omniglot.patience, omniglot.test_episodes) == (500, 50, 1000)
     mini = registry.tasks.get("fewshot_miniimagenet")("paper").config
-    assert mini.data["size"] == mini.image_size == 84 and (mini.train_way, mini.train_query) == (5, 15)
+    assert "size" not in mini.data and mini.image_size == 84 and (mini.train_way, mini.train_query) == (5, 15)
     folder = registry.tasks.get("fewshot_folder")("quick").config
     assert folder.train_shot + folder.train_query <= 10 and folder.test_shot + folder.test_query == 10
     assert folder.data["root"] is None

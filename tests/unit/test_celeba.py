@@ -54,7 +54,7 @@ def test_sizes_labels_and_min_images(splits, fx):
     assert not ids[0] & ids[1] and not ids[0] & ids[2] and not ids[1] & ids[2]
     for name in ("train", "val", "test"):
         s = splits[name]
-        assert s.images.shape == (len(s), 3, 84, 84) and s.images.dtype == torch.uint8
+        assert s.images.shape == (len(s), 3, 176, 176) and s.images.dtype == torch.uint8  # the crop, not resized
         assert s.labels.dtype == torch.int64 and len(s) == sizes[name] * PER_ID
 
 
@@ -84,11 +84,11 @@ def test_attributes(splits, fx):
 def test_boxes_from_landmarks(splits, fx):
     s = splits["val"]
     files = expected_files(fx, s.labels)
-    scale = 84 / 176
+    scale = 1.0  # stored at the crop's own size
     for box, name in zip(s.boxes, files):
         assert box.shape == (1, 4) and box.dtype == torch.float32
         x1, y1, x2, y2 = box[0].tolist()
-        assert 0 <= x1 < x2 <= 84 and 0 <= y1 < y2 <= 84
+        assert 0 <= x1 < x2 <= 176 and 0 <= y1 < y2 <= 176
         points = np.array(fx.landmarks[name], dtype=float).reshape(5, 2)
         px, py = (points[:, 0] - 1) * scale, (points[:, 1] - 21) * scale
         assert (x1 < px).all() and (px < x2).all() and (y1 < py).all() and (py < y2).all()
@@ -127,13 +127,13 @@ def test_official_partition_split(fx, tmp_path):
 
 
 def test_caps_are_deterministic(fx, tmp_path):
-    a = load(fx.root, tmp_path / "a", max_ids=5, per_id=2)
-    b = load(fx.root, tmp_path / "b", max_ids=5, per_id=2)
+    a = load(fx.root, tmp_path / "a", max_classes=5, per_class=2)
+    b = load(fx.root, tmp_path / "b", max_classes=5, per_class=2)
     labels = torch.cat([a[n].labels for n in ("train", "val", "test")])
     assert labels.unique().numel() == 5 and len(labels) == 10
     assert a.fingerprint == b.fingerprint
     assert torch.equal(a["train"].images, b["train"].images)
-    assert load(fx.root, tmp_path / "c", max_ids=5, per_id=2, seed=1).fingerprint != a.fingerprint
+    assert load(fx.root, tmp_path / "c", max_classes=5, per_class=2, seed=1).fingerprint != a.fingerprint
 
 
 @pytest.mark.parametrize("layout", ["drive", "flat"])

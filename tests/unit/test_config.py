@@ -108,7 +108,7 @@ def test_set_reaches_the_celeba_loader_option(monkeypatch, tmp_path: Path):
     config = RunConfig(task="fewshot_celeba", mechanism="identity", profile="smoke", results_dir=tmp_path / "r",
                        overrides={"task": {"data.min_images": "10"}})
     plan(config)
-    assert seen == {"min_images": 10, "crop": 176, "size": 32, "max_ids": 60}
+    assert seen == {"min_images": 10, "crop": 176, "max_classes": 60}
 
 
 def test_unknown_loader_option_keeps_the_loaders_own_error(tmp_path: Path):

@@ -89,7 +89,7 @@ def test_reid_needs_p_training_identities_and_names_the_setting_that_fixes_it():
     from bench.core.registry import tasks
 
     with scoped():
-        smoke = tasks.get("reid_market1501")("smoke", {"data": {"max_ids": None}})
+        smoke = tasks.get("reid_market1501")("smoke", {"data": {"max_classes": None}})
         smoke.check_data(reid_shape(4))  # p=4: enough
         with pytest.raises(BenchError, match=r"p=4 .* split 'train' has 3; lower task.p to 3"):
             smoke.check_data(reid_shape(3))
@@ -99,8 +99,8 @@ def test_reid_needs_p_training_identities_and_names_the_setting_that_fixes_it():
             smoke.check_data(reid_shape(4, query_ids=0))
         with pytest.raises(BenchError, match="the 'gallery' split has no image of the query identities"):
             smoke.check_data({**reid_shape(4), "gallery": SplitShape(())})
-        capped = tasks.get("reid_market1501")("smoke", {"data": {"max_ids": 3}})
-        with pytest.raises(BenchError, match=r"raise task.data.max_ids \(now 3\)"):
+        capped = tasks.get("reid_market1501")("smoke", {"data": {"max_classes": 3}})
+        with pytest.raises(BenchError, match=r"raise task.data.max_classes \(now 3\)"):
             capped.check_data(reid_shape(3))
 
 
@@ -176,7 +176,7 @@ def test_market_queries_seen_only_by_their_own_camera_in_the_gallery_are_refused
         plan_market(tmp_path, tmp_path / "one_camera")
     message = str(caught.value)
     assert "none of the 3 queries has a gallery image of its identity from another camera" in message
-    assert "raise task.data.per_id (now 6" in message and "\n" not in message
+    assert "raise task.data.per_class (now 16" in message and "\n" not in message
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*"))
     write_market1501(tmp_path / "two_cameras", cams=2)
     with scoped():

@@ -35,7 +35,7 @@ def test_splits_labels_and_attributes(tmp_path, subdir):
     assert set(splits.sets) == {"train", "test"} and not splits.synthetic
     for split, csv_split, count in (("train", "train", 7), ("test", "val", 4)):
         s = splits[split]
-        assert s.images.shape == (count, 3, 112, 112) and s.images.dtype == torch.uint8
+        assert s.images.shape == (count, 3, 56, 56) and s.images.dtype == torch.uint8  # the images' own size
         assert s.labels.tolist() == list(range(count))
         assert s.cams is None and s.boxes is None
         assert s.attr_names == ATTR_NAMES

@@ -246,14 +246,15 @@ def test_an_empty_tree_and_bad_annotations_are_one_line_errors(tmp_path):
     assert "not listed" in one_line(exc)
 
 
-def test_a_corrupt_image_is_named_when_decoded_not_when_planned(tree, tmp_path):
+def test_a_corrupt_image_is_named_when_planned_and_when_decoded(tree, tmp_path):
     root = tmp_path / "people"
     shutil.copytree(tree.root, root)
     (root / "grace" / "002.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
-    assert Folder().inspect(None, opts(root))  # listing only: it has not opened the file
-    with pytest.raises(BenchError) as exc:
-        Folder().load(None, opts(root), tmp_path / "cache")
-    assert "grace/002.png" in one_line(exc)
+    for step in (lambda: Folder().inspect(None, opts(root)),  # the plan reads headers for the stored size
+                 lambda: Folder().load(None, opts(root), tmp_path / "cache")):
+        with pytest.raises(BenchError) as exc:
+            step()
+        assert "grace/002.png" in one_line(exc)
 
 
 def test_inspect_decodes_nothing_and_matches_load(tree, loaded, monkeypatch, tmp_path):

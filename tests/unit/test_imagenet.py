@@ -146,7 +146,7 @@ def test_inspect_counts_match_load_and_decode_nothing(fx, held, official, monkey
         shape = ImageNet().inspect(fx.root, opts)
         for split in ("train", "val", "test"):
             assert shape[split].counts == tuple(sorted(torch.bincount(loaded[split].labels).tolist(), reverse=True))
-    shape = ImageNet().inspect(fx.root, {"classes": 2, "images_per_class": 2, "val_from": "official"})
+    shape = ImageNet().inspect(fx.root, {"classes": 2, "per_class": 2, "val_from": "official"})
     assert {s: v.counts for s, v in shape.items()} == {"train": (2, 2), "val": (2, 2), "test": (2, 2)}
     shape = ImageNet().inspect(fx.base, {"classes": "n04596742,n02102040"})
     assert shape["train"].counts == (3, 2) and shape["val"].counts == (1, 1) and shape["test"].counts == (2, 2)
@@ -203,12 +203,12 @@ def test_root_given_directly_and_fingerprint_follows_the_files(fx, official, tmp
 
 
 def test_options_pick_classes_and_cap_images(fx, cache):
-    splits = ImageNet().load(fx.root, {"size": 32, "classes": ["n03888257"], "images_per_class": 2,
+    splits = ImageNet().load(fx.root, {"size": 32, "classes": ["n03888257"], "per_class": 2,
                                        "val_from": "official"}, cache)
     assert splits.info["classes"] == ["n03888257"] and splits.info["n_images"] == {"train": 2, "val": 2, "test": 2}
     assert splits["train"].images.shape == (2, 3, 32, 32) and splits["train"].labels.tolist() == [0, 0]
     for bad, words in (({"classes": ["n09999999"]}, "n09999999"), ({"val_from": "test"}, "val_from"),
-                       ({"val_fraction": 1.5}, "val_fraction"), ({"images_per_class": 0}, "images_per_class"),
+                       ({"val_fraction": 1.5}, "val_fraction"), ({"per_class": 0}, "per_class"),
                        ({"classs": 2}, "did you mean 'task.data.classes'")):
         with pytest.raises(BenchError) as exc:
             ImageNet().inspect(fx.root, bad)

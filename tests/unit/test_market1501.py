@@ -158,7 +158,7 @@ def test_size_and_caps(tmp_path):
     write_market1501(tmp_path, cams=3)
     full = load(tmp_path, tmp_path / "cache")
     assert len(full["gallery"]) == 3 * 3 * 2 + 4
-    small = load(tmp_path, tmp_path / "cache", size=[64, 32], max_ids=2, per_id=2)
+    small = load(tmp_path, tmp_path / "cache", size=[64, 32], max_classes=2, per_class=2)
     assert small["train"].images.shape[1:] == (3, 64, 32)
     assert load(tmp_path, tmp_path / "cache", size=32)["query"].images.shape[1:] == (3, 32, 16)
     assert sorted(set(small["train"].labels.tolist())) == [0, 1]
@@ -175,8 +175,8 @@ def test_bad_options(tmp_path):
     write_market1501(tmp_path)
     with pytest.raises(BenchError, match="unknown option"):
         load(tmp_path, tmp_path / "cache", sise=3)
-    with pytest.raises(BenchError, match="max_ids"):
-        load(tmp_path, tmp_path / "cache", max_ids=0)
+    with pytest.raises(BenchError, match="max_classes"):
+        load(tmp_path, tmp_path / "cache", max_classes=0)
     with pytest.raises(BenchError, match="size"):
         load(tmp_path, tmp_path / "cache", size=[1, 2, 3])
 

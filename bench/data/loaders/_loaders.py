@@ -105,9 +105,12 @@ def positive_int(options: Mapping[str, Any], key: str) -> int | None:
 
 def check_options(dataset: str, options: Mapping[str, Any], allowed: Sequence[str]) -> None:
     """Raises BenchError for an option the dataset does not know."""
+    from bench.data.options import hint
+
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise BenchError(f"{dataset}: unknown option(s) {', '.join(unknown)} (known: {', '.join(allowed)})")
+        raise BenchError(f"{dataset}: unknown option(s) {', '.join(unknown)}{hint(unknown[0], dict.fromkeys(allowed))} "
+                         f"(known: {', '.join(allowed)})")
 
 
 def to_payload(splits: Mapping[str, ImageSet], info: Mapping[str, Any]) -> dict[str, Any]:

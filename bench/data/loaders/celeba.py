@@ -30,7 +30,10 @@ from bench.data.base import (
     size_report,
     source_fingerprint,
 )
+from bench.data.classsplit import SHAPE_OPTIONS, count_test_classes
 from bench.data.loaders._celeba_files import file_digest, find_file, find_images, read_pairs, read_table
+from bench.data.options import hint
+from bench.data.stored_size import survey
 from bench.errors import BenchError
 from bench.randomness.seeding import make_generator
 from bench.system.cpus import usable_cpus
@@ -48,11 +51,13 @@ SPLITS = ("train", "val", "test")
 _DEFAULTS: dict[str, Any] = {
     "min_images": 30,
     "crop": "auto",
-    "size": 84,
+    "size": None,
     "split_fractions": (0.64, 0.16, 0.20),
     "split_by": "random",
-    "max_ids": None,
-    "per_id": None,
+    "max_classes": None,
+    "per_class": None,
+    "test_classes": None,
+    "min_test_classes": None,
     "images": "aligned",
     "seed": 0,
 }
@@ -77,8 +82,10 @@ class CelebA(Dataset):
             root: The data root holding ``celeba/`` or the CelebA files themselves.
             options: min_images, crop (centre crop side; default 176 for aligned images,
                 the largest centred square for wild ones; None for the largest square),
-                size, split_fractions, split_by ("random" or "official"), max_ids,
-                per_id, images ("aligned" or "wild") and seed.
+                size (default: the crop's side, so the mechanism runs at the images' own
+                size), split_fractions, split_by ("random" or "official"), max_classes,
+                per_class, test_classes, min_test_classes (as ``folder``), images
+                ("aligned" or "wild") and seed.
             cache_dir: Decoded splits are cached under ``cache_dir/celeba``.
 
         Raises:
@@ -148,6 +155,8 @@ class CelebA(Dataset):
         names, identities = read_pairs(files[IDENTITY], "identity")
         partition = dict(zip(*read_pairs(files[PARTITION], "partition")))
         selection = select(names, identities, partition, opts)
+        if opts["size"] is None and any(selection.values()):  # the images' own size after the declared crop
+            opts["size"] = opts["crop"] or _smallest_side(files["images"], selection)  # type: ignore[arg-type]
         if not any(selection.values()):
             counts = Counter(identities)
             most = max(counts.values()) if counts else 0
@@ -186,7 +195,8 @@ def resolve_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """
     unknown = set(options) - set(_DEFAULTS)
     if unknown:
-        raise BenchError(f"celeba: unknown option(s) {sorted(unknown)}; valid: {sorted(_DEFAULTS)}")
+        raise BenchError(f"celeba: unknown option(s) {sorted(unknown)}{hint(sorted(unknown)[0], _DEFAULTS)}; "
+                         f"valid: {sorted(_DEFAULTS)}")
     opts = {**_DEFAULTS, **options}
     if opts["crop"] == "auto":
         opts["crop"] = 176 if opts["images"] == "aligned" else None
@@ -194,11 +204,10 @@ def resolve_options(options: Mapping[str, Any]) -> dict[str, Any]:
         out = {
             "min_images": _positive(opts["min_images"], "min_images"),
             "crop": None if opts["crop"] is None else _positive(opts["crop"], "crop"),
-            "size": _positive(opts["size"], "size"),
+            "size": None if opts["size"] is None else _positive(opts["size"], "size"),
             "split_fractions": tuple(float(f) for f in opts["split_fractions"]),
             "split_by": str(opts["split_by"]),
-            "max_ids": None if opts["max_ids"] is None else _positive(opts["max_ids"], "max_ids"),
-            "per_id": None if opts["per_id"] is None else _positive(opts["per_id"], "per_id"),
+            **{k: None if opts[k] is None else _positive(opts[k], k) for k in SHAPE_OPTIONS},
             "images": str(opts["images"]),
             "seed": int(opts["seed"]),
         }
@@ -235,22 +244,28 @@ def select(
     eligible = sorted(i for i, files in by_id.items() if len(files) >= opts["min_images"])
     seed = opts["seed"]
     order = torch.randperm(len(eligible), generator=make_generator(seed, "celeba", "identities")).tolist()
-    chosen = [eligible[i] for i in order][: opts["max_ids"]]
+    chosen = [eligible[i] for i in order][: opts["max_classes"]]
     if opts["split_by"] == "official":
         groups = _official_groups(chosen, by_id, partition)
     else:
-        groups = _random_groups(chosen, opts["split_fractions"])
+        groups = _random_groups(chosen, opts)
     out = {}
     for split, ids in zip(SPLITS, groups):
-        files = [f for i in ids for f in _images_of(i, by_id[i], opts["per_id"], seed)]
+        files = [f for i in ids for f in _images_of(i, by_id[i], opts["per_class"], seed)]
         out[split] = sorted(files)
     return out
 
 
-def _random_groups(chosen: list[int], fractions: Sequence[float]) -> list[list[int]]:
+def _random_groups(chosen: list[int], opts: Mapping[str, Any]) -> list[list[int]]:
+    fractions = opts["split_fractions"]
     n = len(chosen)
     n_train = round(n * fractions[0])
     n_val = min(round(n * fractions[1]), n - n_train)
+    test = count_test_classes(n, n - n_train - n_val, fractions, opts, "celeba")
+    if test != n - n_train - n_val:
+        rest = (fractions[0] + fractions[1]) or 1.0
+        n_train = min(round((n - test) * fractions[0] / rest), n - test)
+        n_val = n - test - n_train
     return [chosen[:n_train], chosen[n_train : n_train + n_val], chosen[n_train + n_val :]]
 
 
@@ -265,11 +280,11 @@ def _official_groups(chosen: list[int], by_id: Mapping[int, list[str]], partitio
     return groups
 
 
-def _images_of(identity: int, files: list[str], per_id: int | None, seed: int) -> list[str]:
+def _images_of(identity: int, files: list[str], per_class: int | None, seed: int) -> list[str]:
     files = sorted(files)
-    if per_id is None or len(files) <= per_id:
+    if per_class is None or len(files) <= per_class:
         return files
-    pick = torch.randperm(len(files), generator=make_generator(seed, "celeba", "images", identity))[:per_id]
+    pick = torch.randperm(len(files), generator=make_generator(seed, "celeba", "images", identity))[:per_class]
     return [files[i] for i in sorted(pick.tolist())]
 
 
@@ -303,6 +318,12 @@ def _build(
     labels = torch.tensor([identity[f] for f in wanted], dtype=torch.int64)
     return {"images": images, "labels": labels, "attrs": attrs, "boxes": boxes, "box_source": source, "bounds": bounds,
             "sizes": report}
+
+
+def _smallest_side(folder: Path, selection: Mapping[str, list[str]]) -> int:
+    """The shortest side of the selected images (headers only): the largest square every one of them holds."""
+    found = survey((f, folder / f) for s in SPLITS for f in selection[s])
+    return int(found.natives.min())
 
 
 def _crop_box(width: int, height: int, crop: int | None) -> tuple[int, int, int, int]:

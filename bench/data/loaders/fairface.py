@@ -25,6 +25,7 @@ from bench.data.base import (
     source_fingerprint,
 )
 from bench.data.loaders._loaders import check_options, decode_images, image_size, positive_int
+from bench.data.stored_size import storage_size, survey
 from bench.errors import BenchError
 
 #: Bump when the decoded splits change for the same files and options.
@@ -102,7 +103,8 @@ class FairFace(Dataset):
     """FairFace (Karkkainen and Joo, WACV 2021): faces balanced over race, gender and age.
 
     Options:
-        size: Output side, or (h, w) (default 112; the release's crops are 224).
+        size: Output side, or (h, w) (default: the images' own size, 224 in the padding=0.25
+            release, so the mechanism runs on the released crops as they are).
         max_images: Keep the first images of each split (in CSV order).
         images: Folder holding ``train/`` and ``val/`` (default: next to the CSVs, else one
             of the release's ``fairface-img-margin025-trainval/`` or ``...margin125...``).
@@ -127,7 +129,7 @@ class FairFace(Dataset):
             BenchError: Bad options, missing label files or images.
         """
         check_options(self.name, options, _OPTIONS)
-        size = image_size(options.get("size"), (112, 112))
+        size = image_size(options["size"], (224, 224)) if options.get("size") is not None else None
         max_images = positive_int(options, "max_images")
         if root is None:
             raise self.missing(root, "FairFace")
@@ -149,6 +151,9 @@ class FairFace(Dataset):
                 raise self.missing(root, what)
             if not files:
                 raise self.missing(root, f"rows in {data_dir / SPLIT_FILES[split]}")
+        if size is None:  # the images' own (smallest common) size, from their headers
+            names = [f for files, _ in labels.values() for f in files]
+            size = storage_size(survey((f, image_dir / f) for f in names).natives, names, None, False).size
         return size, data_dir, image_dir, labels
 
     def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:

@@ -17,19 +17,19 @@ Optional annotations at the root, paths relative to it (``alice/001.jpg``):
   its face. Boxes follow the crop and resize to the stored size.
 
 Images are read by :mod:`bench.data.imageread` (any PIL format and mode, EXIF
-orientation, centre crop to the stored aspect ratio, antialiased resize). The ``size``
-option is the most they are stored at: images smaller than it are stored at their own
-(smallest common) size, so the mechanism runs on the user's pixels and the task's networks
-resize after the release (:mod:`bench.data.stored_size`); a tree of one-channel images is
-stored grey unless ``grey`` says otherwise.
+orientation, centre crop to the stored aspect ratio, antialiased resize). They are stored
+at their own (smallest common) size, whatever the profile, so the mechanism runs on the
+user's pixels and the task's networks resize after the release
+(:mod:`bench.data.stored_size`); a ``size`` the user sets is the most they are stored at.
+A tree of one-channel images is stored grey unless ``grey`` says otherwise. The folder is
+shaped by the options every loader names the same (:data:`bench.data.classsplit.SHAPE_OPTIONS`):
+``max_classes``, ``per_class``, ``test_classes`` and ``min_test_classes``.
 """
 
 from __future__ import annotations
 
-import csv
 import os
-import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
@@ -39,6 +39,9 @@ import torch
 from bench.core.registry import register_dataset
 from bench.data import imageread
 from bench.data import stored_size as storage
+from bench.data.attribute_table import ATTRIBUTES, CODING_VERSION, labelled_in, read_table, table_codes
+from bench.data.attribute_table import csv_rows as _rows
+from bench.data.attribute_table import file_key as _key
 from bench.data.base import (
     Dataset,
     DataShape,
@@ -49,14 +52,14 @@ from bench.data.base import (
     fingerprint,
     source_fingerprint,
 )
-from bench.data.classsplit import COMMON_DEFAULTS, SPLITS, code_values, parse_options, split_classes
+from bench.data.classsplit import COMMON_DEFAULTS, SPLITS, cap_per_class, parse_options, split_classes
 from bench.data.imageio import parse_box
 from bench.errors import BenchError
 from bench.randomness.seeding import make_generator
 
-LOADER_VERSION = 2
-"""2: images smaller than ``size`` are stored at their own size, not upscaled; one-channel trees are stored grey."""
-ATTRIBUTES = "attributes.csv"
+LOADER_VERSION = 3
+"""2: images smaller than ``size`` are stored at their own size, not upscaled; one-channel trees are stored grey.
+3: stored at the images' own size by default (no profile cap); ``per_class``, ``test_classes``, ``min_test_classes``."""
 BOXES = "boxes.csv"
 DEFAULTS: dict[str, Any] = {"root": None, **COMMON_DEFAULTS}
 
@@ -91,52 +94,6 @@ def scan_tree(root: Path) -> tuple[dict[str, list[str]], list[str]]:
             else:
                 classes.setdefault(path.split("/", 1)[0], []).append(path)
     return {c: sorted(v) for c, v in sorted(classes.items())}, sorted(skipped)
-
-
-def _key(name: str) -> str:
-    return unicodedata.normalize("NFC", name.strip().replace("\\", "/").removeprefix("./"))
-
-
-def _rows(path: Path) -> list[list[str]]:
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            return [[c.strip() for c in row] for row in csv.reader(f)]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise BenchError(f"cannot read {path} as a UTF-8 CSV ({type(exc).__name__}: {exc})") from None
-
-
-def read_attributes(path: Path, images: set[str]) -> tuple[list[str], dict[str, list[str]]]:
-    """Reads ``attributes.csv``: a ``file,<attribute>,...`` header, then one row per image.
-
-    Returns:
-        The attribute names and image -> its values (strings, "" unlabelled).
-
-    Raises:
-        BenchError: No header, a duplicate column or row, a row of the wrong length, or a
-            file that is not an image of the tree (each naming the line).
-    """
-    rows = _rows(path)
-    if not rows or not rows[0] or rows[0][0].lower() != "file" or len(rows[0]) < 2:
-        got = ",".join(rows[0]) if rows else "an empty file"
-        raise BenchError(f"{path}: the first line must be a header file,<attribute>,... (got {got})")
-    names = rows[0][1:]
-    if len(set(names)) != len(names) or "" in names:
-        raise BenchError(f"{path}:1: attribute names must be distinct and non-empty, got {','.join(names)}")
-    table: dict[str, list[str]] = {}
-    for line, cells in enumerate(rows[1:], start=2):
-        if not any(cells):
-            continue
-        name = _key(cells[0])
-        if len(cells) != len(names) + 1:
-            raise BenchError(f"{path}:{line}: expected {len(names) + 1} fields (file,{','.join(names)}), "
-                             f"got {len(cells)}")
-        if name not in images:
-            raise BenchError(f"{path}:{line}: {cells[0]!r} is not an image of the tree (paths are relative to the "
-                             "root, e.g. alice/001.jpg)")
-        if name in table:
-            raise BenchError(f"{path}:{line}: a second row for {cells[0]!r}")
-        table[name] = cells[1:]
-    return names, table
 
 
 def read_boxes(path: Path, images: set[str]) -> dict[str, np.ndarray]:
@@ -190,10 +147,8 @@ class FolderIndex:
         sel = imageread.Selection(tuple(groups), picked, [split_of[f.split("/", 1)[0]] for f in picked],
                                   [label[f.split("/", 1)[0]] for f in picked])
         if self.attributes is not None:
-            names, table = self.attributes
-            for j, attr in enumerate(names):
-                sel.attrs[attr], sel.attr_names[attr] = code_values([table.get(_key(f), [""] * len(names))[j]
-                                                                     for f in picked])
+            for attr, (codes, names) in table_codes(self.attributes, picked).items():
+                sel.attrs[attr], sel.attr_names[attr] = codes, names
         if self.boxes is not None and limit is None:
             missing = [f for f in picked if _key(f) not in self.boxes]
             if missing:
@@ -210,12 +165,18 @@ class Folder(Dataset):
     Options:
         root: The tree (required; a relative path is tried under the data root when it is
             not found from the working directory).
-        size: Most stored side, or [height, width] (default 84): smaller images are
-            stored at their own size (the smallest common one), never upscaled.
+        size: Most stored side, or [height, width] (default: none, the images' own
+            smallest common size, so the mechanism runs at the size they have; smaller
+            images are never upscaled).
         min_images: Classes with fewer images are left out of the splits (default 2).
         split_fractions: Train / val / test fractions of the classes (default 0.64, 0.16, 0.20).
         seed: Seed of the class permutation (default 0).
         max_classes: Use at most this many classes (default: all).
+        per_class: Use at most this many images of each class, a seeded choice (default: all).
+        test_classes: Exactly this many test classes; train and val share the rest in
+            their fractions' proportion (default: split_fractions decides).
+        min_test_classes: At least this many test classes where as many remain for train
+            and val (profiles set it: a face folder of 40 people has 20 test people).
         grey: Store one grey channel instead of RGB (default: when every image has one
             channel; true or false overrides).
     """
@@ -229,11 +190,13 @@ class Folder(Dataset):
     description = "any class-per-folder tree of images (labels: identities or classes), class-disjoint splits"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
-        """Lists the tree and reads the annotations (no image is opened); returns the splits' shapes."""
+        """Lists the tree, reads the annotations and the images' headers (no pixels); returns the splits' shapes."""
         index = self._index(root, options)
         sel = index.selection()
-        labelled = tuple(index.attributes[0]) if index.attributes is not None else ()  # attributes.csv's columns
-        return {s: SplitShape.of_labels([lab for lab, sp in zip(sel.labels, sel.split_of) if sp == s], labelled)
+        members = {s: [i for i, sp in enumerate(sel.split_of) if sp == s] for s in SPLITS}
+        stored = self._storage(index, sel).size
+        return {s: replace(SplitShape.of_labels([sel.labels[i] for i in members[s]],
+                                                labelled_in(sel.attrs, members[s])), stored=stored)
                 for s in SPLITS}
 
     def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
@@ -282,9 +245,7 @@ class Folder(Dataset):
         g = make_generator(index.opts["seed"], "folder", "public")
         chosen = sorted(pool[i] for i in torch.randperm(len(pool), generator=g)[:n_train].tolist())
         groups = {"train": sorted({f.split("/", 1)[0] for f in chosen})}
-        splits = index.selection()
-        fixed = storage.resolve(((f, index.base / f) for f in splits.names), index.opts["size"], index.opts["grey"],
-                                self.own_size)
+        fixed = self._storage(index, index.selection())
         sets, _, _ = self._decode(index, index.selection(groups, chosen), cache_dir, "public", fixed)
         return sets["train"]
 
@@ -292,20 +253,24 @@ class Folder(Dataset):
                 fixed: storage.Storage | None = None):
         """Decodes a selection at the splits' storage (``fixed``, for public images) or its own."""
         files = [index.base / f for f in sel.names]
-        annotations = [(n, fingerprint((index.base / n).read_bytes())) for n in (ATTRIBUTES, BOXES)
-                       if (index.base / n).is_file()]
+        annotations = [(n, fingerprint((index.base / n).read_bytes()), *([CODING_VERSION] if n == ATTRIBUTES else []))
+                       for n in (ATTRIBUTES, BOXES) if (index.base / n).is_file()]
         opts = sorted((k, v) for k, v in index.opts.items() if k != "root")
         key = fingerprint(self.name, LOADER_VERSION, purpose, opts, annotations,
                           "\n".join(f"{s}\t{lab}\t{n}" for s, lab, n in zip(sel.split_of, sel.labels, sel.names)),
                           source_fingerprint(files), self.own_size, None if fixed is None else (fixed.size, fixed.grey))
 
         def build(sink) -> dict[str, Any]:
-            stored = fixed or storage.resolve(zip(sel.names, files), index.opts["size"], index.opts["grey"],
-                                              self.own_size)
+            stored = fixed or self._storage(index, sel)
             built = imageread.write_selection(sink, sel, files, stored.size, stored.grey)
             return {**built, "storage": stored.info(index.opts["size"])}
 
         return cached_sharded_splits(cache_dir, self.name, key, build)
+
+    def _storage(self, index: FolderIndex, sel: imageread.Selection) -> storage.Storage:
+        """Surveys the selection's headers (no pixels) and returns the size and channels it is stored at."""
+        return storage.resolve(((f, index.base / f) for f in sel.names), index.opts["size"], index.opts["grey"],
+                               self.own_size)
 
     def _index(self, root: Path | None, options: Mapping[str, Any]) -> FolderIndex:
         opts = parse_options(self.name, options, DEFAULTS)
@@ -321,8 +286,9 @@ class Folder(Dataset):
         if not classes:
             raise BenchError(f"{self.name}: no images in class folders under {base} ({len(skipped)} other file(s)); "
                              f"expected {self.layout}")
-        images = {_key(f) for files in classes.values() for f in files}
-        attributes = read_attributes(base / ATTRIBUTES, images) if (base / ATTRIBUTES).is_file() else None
+        images = {_key(f) for files in classes.values() for f in files}  # annotations may list images left out
+        classes = cap_per_class(classes, opts.get("per_class"), opts["seed"], self.name)
+        attributes = read_table(base / ATTRIBUTES, images) if (base / ATTRIBUTES).is_file() else None
         boxes = read_boxes(base / BOXES, images) if (base / BOXES).is_file() else None
         return FolderIndex(opts, base, classes, skipped, {}, attributes, boxes)
 

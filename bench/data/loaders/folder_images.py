@@ -20,7 +20,7 @@ import torch
 from bench.core.registry import register_dataset
 from bench.data import imageread
 from bench.data.base import DataShape, ImageSet, Splits, SplitShape
-from bench.data.classsplit import COMMON_DEFAULTS, parse_options
+from bench.data.classsplit import CLASS_SPLIT_ONLY, COMMON_DEFAULTS, parse_options
 from bench.data.imagesplit import allocate
 from bench.data.loaders.folder import Folder, FolderIndex
 from bench.errors import BenchError
@@ -28,7 +28,7 @@ from bench.randomness.seeding import make_generator
 
 SPLITS = ("train", "val", "test", "population")
 DEFAULTS: dict[str, Any] = {
-    "root": None, **{k: v for k, v in COMMON_DEFAULTS.items() if k != "split_fractions"},
+    "root": None, **{k: v for k, v in COMMON_DEFAULTS.items() if k not in ("split_fractions", *CLASS_SPLIT_ONLY)},
     "size": 32, "min_images": 4, "image_fractions": (0.4, 0.1, 0.2, 0.3),
 }
 
@@ -61,6 +61,7 @@ class FolderImages(Folder):
             (default 0.4, 0.1, 0.2, 0.3).
         seed: Seed of the per-class permutations (default 0).
         max_classes: Use at most this many classes, the first in sorted order (default: all).
+        per_class: Use at most this many images of each class, a seeded choice (default: all).
         grey: Store one grey channel instead of RGB (default: when every image has one
             channel; true or false overrides).
     """

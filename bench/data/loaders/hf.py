@@ -23,7 +23,7 @@ split class-disjointly as in :mod:`bench.data.loaders.folder`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -33,6 +33,7 @@ import torch
 from bench.core.registry import register_dataset
 from bench.data import imageread
 from bench.data import stored_size as storage
+from bench.data.attribute_table import CODING_VERSION, labelled_in
 from bench.data.base import (
     Dataset,
     DataShape,
@@ -43,13 +44,14 @@ from bench.data.base import (
     fingerprint,
     source_fingerprint,
 )
-from bench.data.classsplit import COMMON_DEFAULTS, SPLITS, parse_options, split_classes
+from bench.data.classsplit import COMMON_DEFAULTS, SPLITS, cap_per_class, parse_options, split_classes
 from bench.data.hftables import SPLIT_WORDS, Part, all_embedded, find_parts, read_columns
 from bench.errors import BenchError
 from bench.randomness.seeding import make_generator
 
-LOADER_VERSION = 2
-"""2: images smaller than ``size`` are stored at their own size, not upscaled; one-channel data is stored grey."""
+LOADER_VERSION = 3
+"""2: images smaller than ``size`` are stored at their own size, not upscaled; one-channel data is stored grey.
+3: stored at the images' own size by default (no profile cap); ``per_class``, ``test_classes``, ``min_test_classes``."""
 DEFAULTS: dict[str, Any] = {"path": None, "image_column": None, "label_column": "label", "attribute_columns": [],
                             "box_column": None, "box_format": "xyxy", "split": "auto", **COMMON_DEFAULTS}
 
@@ -84,8 +86,10 @@ class HuggingFace(Dataset):
             test and their labels are disjoint, else by label), ``dataset`` (its splits, or
             an error) or ``labels``; with its own splits but no val, val classes are carved
             out of train as ``split_fractions`` says.
-        size, min_images, split_fractions, seed, max_classes, grey: as ``folder`` (images smaller
-            than ``size`` are stored at their own size; one-channel data is stored grey).
+        size, min_images, split_fractions, seed, max_classes, per_class, test_classes,
+            min_test_classes, grey: as ``folder`` (images are stored at their own size unless
+            ``size`` caps it; one-channel data is stored grey; ``test_classes`` and
+            ``min_test_classes`` apply where the split is by label, not the dataset's own).
     """
 
     layout = ("a local Hugging Face dataset under --set task.data.path=DIR: a save_to_disk folder "
@@ -94,9 +98,14 @@ class HuggingFace(Dataset):
     description = "any local Hugging Face dataset (save_to_disk or parquet/arrow), columns named by options"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
-        """Reads the label, attribute and box columns (no image); returns the splits' shapes."""
-        sel = self._index(root, options).selection
-        return {s: SplitShape.of_labels([lab for lab, sp in zip(sel.labels, sel.split_of) if sp == s]) for s in SPLITS}
+        """Reads the label, attribute and box columns and the images' headers; returns the splits' shapes."""
+        index = self._index(root, options)
+        sel = index.selection
+        members = {s: [i for i, sp in enumerate(sel.split_of) if sp == s] for s in SPLITS}
+        stored = self._storage(index, index.chosen, sel.names).size if sel.names else None
+        return {s: replace(SplitShape.of_labels([sel.labels[i] for i in members[s]],
+                                                labelled_in(sel.attrs, members[s])), stored=stored)
+                for s in SPLITS}
 
     def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
         """Decodes the selected rows' images into the cache once (or reads them from it).
@@ -132,9 +141,7 @@ class HuggingFace(Dataset):
         names = [_row_name(index.base, index.parts, index.rows[i]) for i in chosen]
         sel = imageread.Selection(("train",), names, ["train"] * len(chosen),
                                   [-1 if index.labels[i] is None else index.labels[i] for i in chosen])
-        splits = index.selection.names
-        fixed = storage.resolve(zip(splits, self._sources(index, index.chosen, splits)), index.opts["size"],
-                                index.opts["grey"])
+        fixed = self._storage(index, index.chosen, index.selection.names)
         sets, _, _ = self._decode(index, chosen, sel, cache_dir, "public", fixed)
         return sets["train"]
 
@@ -142,6 +149,7 @@ class HuggingFace(Dataset):
                 fixed: storage.Storage | None = None):
         """Decodes the chosen rows at the splits' storage (``fixed``, for public rows) or their own."""
         opts = sorted((k, v) for k, v in index.opts.items() if k != "path")
+        opts += [("attribute coding", CODING_VERSION)] if index.opts["attribute_columns"] else []
         tables = [p.path for p in index.parts]
         listing = "\n".join(f"{s}\t{lab}\t{n}" for s, lab, n in zip(sel.split_of, sel.labels, sel.names))
         key = fingerprint(self.name, LOADER_VERSION, purpose, opts, listing, source_fingerprint(tables),
@@ -149,13 +157,16 @@ class HuggingFace(Dataset):
                           None if fixed is None else (fixed.size, fixed.grey))
 
         def build(sink) -> dict[str, Any]:
-            stored = fixed or storage.resolve(zip(sel.names, self._sources(index, chosen, sel.names)),
-                                              index.opts["size"], index.opts["grey"])
+            stored = fixed or self._storage(index, chosen, sel.names)
             built = imageread.write_selection(sink, sel, self._sources(index, chosen, sel.names), stored.size,
                                               stored.grey)
             return {**built, "storage": stored.info(index.opts["size"])}
 
         return cached_sharded_splits(cache_dir, self.name, key, build)
+
+    def _storage(self, index: HfIndex, chosen: Sequence[int], names: Sequence[str]) -> storage.Storage:
+        """Surveys the chosen rows' image headers (no pixels) and returns the size and channels they are stored at."""
+        return storage.resolve(zip(names, self._sources(index, chosen, names)), index.opts["size"], index.opts["grey"])
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -225,7 +236,7 @@ class HuggingFace(Dataset):
         cols = read_columns(parts, features, opts)
         rows = [(k, r) for k, p in enumerate(parts) for r in range(cols.rows[k])]
         own = [SPLIT_WORDS.get(parts[k].split.lower(), "") for k, _ in rows]
-        split_of, how = _assign(own, cols.labels, opts)
+        split_of, how = _assign(own, _capped(cols.labels, opts), opts)
         chosen = [i for i, s in enumerate(split_of) if s]
         sel = imageread.Selection(SPLITS, [_row_name(base, parts, rows[i]) for i in chosen],
                                   [split_of[i] for i in chosen], [cols.labels[i] for i in chosen])  # type: ignore[misc]
@@ -234,6 +245,18 @@ class HuggingFace(Dataset):
         if cols.boxes is not None:
             sel.boxes = [cols.boxes[i] for i in chosen]
         return HfIndex(opts, base, parts, cols.image_kind, rows, sel, chosen, cols.labels, how)
+
+
+def _capped(labels: list[int | None], opts: Mapping[str, Any]) -> list[int | None]:
+    """Returns the labels with all but ``per_class`` rows of each label (a seeded choice) unlabelled: in no split."""
+    if opts["per_class"] is None:
+        return labels
+    rows: dict[int, list[str]] = {}
+    for i, lab in enumerate(labels):
+        if lab is not None:
+            rows.setdefault(lab, []).append(str(i))
+    kept = {int(i) for members in cap_per_class(rows, opts["per_class"], opts["seed"], "hf").values() for i in members}
+    return [lab if i in kept else None for i, lab in enumerate(labels)]
 
 
 def _row_name(base: Path, parts: list[Part], where: tuple[int, int]) -> str:

@@ -93,7 +93,7 @@ IMAGE_DIRS = ("", "Data/CLS-LOC", "ILSVRC/Data/CLS-LOC")
 BOX_DIRS = ("bbox", "Annotations/CLS-LOC", "Annotations", "ILSVRC/Annotations/CLS-LOC")
 SPLITS = ("train", "val", "test")
 VAL_FROM = ("train", "official")
-DEFAULTS: dict[str, Any] = {"size": 224, "classes": None, "images_per_class": None, "val_from": "train",
+DEFAULTS: dict[str, Any] = {"size": 224, "classes": None, "per_class": None, "val_from": "train",
                             "val_fraction": 0.04, "seed": 0, "face_identities": None}
 
 
@@ -192,9 +192,9 @@ def resolve_options(options: Mapping[str, Any]) -> dict[str, Any]:
     elif classes is not None and (isinstance(classes, bool) or not isinstance(classes, int) or classes < 1):
         raise BenchError(f"imagenet: option classes expects a count or a list of wnids, got {opts['classes']!r}")
     opts["classes"] = classes
-    cap = opts["images_per_class"]
+    cap = opts["per_class"]
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-        raise BenchError(f"imagenet: option images_per_class expects a positive integer, got {cap!r}")
+        raise BenchError(f"imagenet: option per_class expects a positive integer, got {cap!r}")
     if opts["val_from"] not in VAL_FROM:
         raise BenchError(f"imagenet: option val_from expects one of {', '.join(VAL_FROM)}, got {opts['val_from']!r}")
     try:
@@ -221,9 +221,10 @@ class ImageNet(Dataset):
     """ILSVRC-2012 with the face-obfuscation paper's face boxes (and ILSVRC object boxes when present).
 
     Options:
-        size: Stored side, or [height, width] (default 224, the paper's).
+        size: Stored side, or [height, width] (default 224, the paper's declared
+            preprocessing, the same in every profile: the mechanism runs at 224).
         classes: A count (the first wnids in sorted order) or a list of wnids (default: all).
-        images_per_class: Keep the first images of each class, in file order, in the
+        per_class: Keep the first images of each class, in file order, in the
             training set and in the validation set (default: all).
         val_from: ``train`` (default): ``val`` is ``val_fraction`` of each class's training
             images, held out; ``official``: ``val`` is the official validation set, the
@@ -333,7 +334,7 @@ class ImageNet(Dataset):
                              f"validation images into class folders val/<wnid>/ (expected {self.layout})")
         faces = ann.read_face_annotations(layout.faces)
         wnids = self._classes(opts["classes"], train, layout)
-        cap = opts["images_per_class"]
+        cap = opts["per_class"]
         names: list[str] = []
         split_of: list[str] = []
         labels: list[int] = []

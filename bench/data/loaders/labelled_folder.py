@@ -17,6 +17,12 @@ left out would keep its face). Without the file, those mechanisms find faces wit
 (the release's ``boxes: dataset`` rule). With boxes, ``info["face_fraction"]`` holds each
 image's fraction of pixels inside a face box, the measure the classify task correlates
 per-class drops with (the paper's Fig. 3).
+
+Attributes of the images (``gender``, ``age``) come from an optional ``ROOT/attributes.csv``
+(``file,<attribute>,...``, paths as in ``boxes.csv``), read and coded as for ``folder``
+(:mod:`bench.data.attribute_table`: ``age`` in years is binned into FairFace's age groups);
+``attribute_inference`` and the per-group results use them, and an adversary inferring an
+attribute no split labels is refused when the cell is planned.
 """
 
 from __future__ import annotations
@@ -29,15 +35,16 @@ import torch
 
 from bench.core.registry import register_dataset
 from bench.data import imageread
+from bench.data.attribute_table import ATTRIBUTES, labelled_in, read_table, table_codes
 from bench.data.base import DataShape, ImageSet, Splits, SplitShape
-from bench.data.classsplit import COMMON_DEFAULTS, parse_options
+from bench.data.classsplit import CLASS_SPLIT_ONLY, COMMON_DEFAULTS, parse_options
 from bench.data.hftables import SPLIT_WORDS
 from bench.data.imagesplit import SPLIT_RULES, SPLITS, ImageSplit, split_images
 from bench.data.loaders.folder import BOXES, Folder, FolderIndex, _key, read_boxes, scan_tree
 from bench.errors import BenchError
 
-DEFAULTS: dict[str, Any] = {"root": None, **COMMON_DEFAULTS, "size": 64, "min_images": 3,
-                            "split_fractions": (0.7, 0.1, 0.2), "split": "auto"}
+DEFAULTS: dict[str, Any] = {"root": None, **{k: v for k, v in COMMON_DEFAULTS.items() if k not in CLASS_SPLIT_ONLY},
+                            "min_images": 3, "split_fractions": (0.7, 0.1, 0.2), "split": "auto"}
 
 
 @register_dataset("labelled_folder")
@@ -46,7 +53,8 @@ class LabelledFolder(Folder):
 
     Options:
         root: The tree (required; ``--set task.data.root=DIR``).
-        size: Stored side, or [height, width] (default 64).
+        size: Most stored side, or [height, width] (default: none, the images' own smallest
+            common size: the mechanism runs at the size they have; the classifier resizes).
         split: ``auto`` (the root's own train / val / test folders where present, else
             by image), ``dataset`` (its folders, or an error) or ``images``.
         split_fractions: Train / val / test fractions of each class's images (default
@@ -54,11 +62,13 @@ class LabelledFolder(Folder):
         min_images: Classes with fewer train images are left out (default 3).
         seed: Seed of the per-class permutations (default 0).
         max_classes: Use at most this many classes, the first in sorted order (default: all).
+        per_class: Use at most this many images of each class, a seeded choice (default: all).
         grey: Store one grey channel instead of RGB (default false).
     """
 
     layout = ("ROOT/<class>/<image> or ROOT/train|val|test/<class>/<image> (any format PIL reads; set ROOT with "
-              "--set task.data.root=DIR), optional ROOT/boxes.csv (file,x1,y1,x2,y2; paths relative to ROOT)")
+              "--set task.data.root=DIR), optional ROOT/boxes.csv (file,x1,y1,x2,y2; paths relative to ROOT) and "
+              "ROOT/attributes.csv (file,<attribute>,...)")
     description = "your labelled images, a folder per class (or train/ val/ test/ folders of them), split by image"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
@@ -83,7 +93,7 @@ class LabelledFolder(Folder):
                          "why": f"their class has fewer than min_images={index.opts['min_images']} train images, "
                                 "is beyond max_classes, or has no train folder"},
             "skipped": {"files": len(index.skipped), "examples": index.skipped[:5]},
-            "annotations": [BOXES] if index.boxes is not None else [],
+            "annotations": [n for n, a in ((ATTRIBUTES, index.attributes), (BOXES, index.boxes)) if a is not None],
             **built,
         }
         if index.boxes is not None:
@@ -117,7 +127,10 @@ class LabelledFolder(Folder):
                 raise BenchError(f"{base / BOXES}: {len(missing)} selected image(s) are not listed (e.g. {missing[0]}); "
                                  "list every image, with a row holding only its name if it has no face")
             sel.boxes = [boxes[_key(f)] for f in sel.names]
-        index = FolderIndex(opts, base, {}, skipped, {}, None, boxes)
+        table = read_table(base / ATTRIBUTES, {_key(f) for f in files}) if (base / ATTRIBUTES).is_file() else None
+        for attr, (codes, names) in (table_codes(table, sel.names) if table is not None else {}).items():
+            sel.attrs[attr], sel.attr_names[attr] = codes, names
+        index = FolderIndex(opts, base, {}, skipped, {}, table, boxes)
         return index, sel, split
 
 
@@ -146,16 +159,17 @@ def _listing(base: Path, own_splits: bool) -> tuple[list[str], list[str], list[s
 
 
 def labelled_shape(sel: imageread.Selection) -> DataShape:
-    """Returns each split's shape: images per class, and images with a face box (0 for every split without boxes).
+    """Returns each split's shape: images per class, the attributes it labels, and images with a face box.
 
-    A labelled folder labels classes, no attribute (``attributes=()``): an adversary that infers
-    one is refused when the cell is planned, not after its task has trained.
+    A split labels the attributes some of its images have a value of (none without
+    ``attributes.csv`` or attribute columns): an adversary inferring another is refused
+    when the cell is planned, not after its task has trained.
     """
     shape = {}
     for s in SPLITS:
         members = [i for i, sp in enumerate(sel.split_of) if sp == s]
         faces = 0 if sel.boxes is None else sum(1 for i in members if len(sel.boxes[i]))
-        shape[s] = SplitShape.of_labels([sel.labels[i] for i in members], attributes=(), faces=faces)
+        shape[s] = SplitShape.of_labels([sel.labels[i] for i in members], labelled_in(sel.attrs, members), faces=faces)
     return shape
 
 

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from bench.core.registry import register_dataset
 from bench.data import imageread
 from bench.data.base import DataShape, ImageSet, Splits
-from bench.data.classsplit import parse_options
+from bench.data.classsplit import CLASS_SPLIT_ONLY, parse_options
 from bench.data.hftables import SPLIT_WORDS, find_parts, read_columns
 from bench.data.imagesplit import SPLIT_RULES, SPLITS, split_images
 from bench.data.loaders.hf import DEFAULTS as HF_DEFAULTS
@@ -27,7 +27,8 @@ from bench.data.loaders.hf import HfIndex, HuggingFace, _locate, _row_name
 from bench.data.loaders.labelled_folder import face_fraction, labelled_shape
 from bench.errors import BenchError
 
-DEFAULTS: dict[str, Any] = {**HF_DEFAULTS, "size": 64, "min_images": 3, "split_fractions": (0.7, 0.1, 0.2)}
+DEFAULTS: dict[str, Any] = {**{k: v for k, v in HF_DEFAULTS.items() if k not in CLASS_SPLIT_ONLY}, "min_images": 3,
+                            "split_fractions": (0.7, 0.1, 0.2)}
 
 
 @dataclass
@@ -52,7 +53,7 @@ class LabelledHf(HuggingFace):
             else by image), ``dataset`` (its splits, or an error) or ``images``.
         split_fractions: Train / val / test fractions of each class's rows (default 0.7,
             0.1, 0.2; with own splits only val's share of train is used).
-        size, min_images, seed, max_classes, grey: as ``labelled_folder``.
+        size, min_images, seed, max_classes, per_class, grey: as ``labelled_folder``.
     """
 
     layout = ("a local Hugging Face dataset of labelled images under --set task.data.path=DIR: a save_to_disk "

@@ -56,7 +56,7 @@ GENDERS = ["male", "female"]
 AGES = ["young", "teenager", "adult", "old"]
 
 _NAME = re.compile(r"^(-1|\d+)_c(\d)s(\d+)_(\d+)_(\d+)\.jpg$", re.IGNORECASE)
-_OPTIONS = ("size", "max_ids", "per_id", "attributes")
+_OPTIONS = ("size", "max_classes", "per_class", "attributes")
 
 
 @dataclass(frozen=True)
@@ -214,9 +214,9 @@ class Market1501(Dataset):
     Options:
         size: Output (h, w) (default (128, 64), the native size); one int is the height of
             a 2:1 crop.
-        max_ids: Keep the first identities (in pid order) of train and of the test set;
-            the gallery keeps junk and distractors in proportion.
-        per_id: Keep the first images (in name order) of each identity in every split.
+        max_classes: Keep the first identities (in pid order) of train and of the test set;
+            the gallery keeps junk and distractors in proportion (the name every loader uses).
+        per_class: Keep the first images (in name order) of each identity in every split.
         attributes: Path of the attribute file (default: searched next to the data).
     """
 
@@ -246,8 +246,8 @@ class Market1501(Dataset):
         """
         check_options(self.name, options, _OPTIONS)
         size = person_size(options.get("size"), (128, 64))
-        max_ids = positive_int(options, "max_ids")
-        per_id = positive_int(options, "per_id")
+        max_ids = positive_int(options, "max_classes")
+        per_id = positive_int(options, "per_class")
         if root is None:
             raise self.missing(root, "Market-1501")
         root = Path(root)

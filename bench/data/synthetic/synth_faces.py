@@ -23,6 +23,7 @@ import torch
 
 from bench.core.registry import register_dataset
 from bench.data.base import Dataset, DataShape, ImageSet, Splits, SplitShape, cached_splits, fingerprint
+from bench.data.options import hint
 from bench.data.synthetic._face_canvas import _FACE_Y, face_boxes
 from bench.data.synthetic._face_identity import sample_identities, sample_nuisances
 from bench.data.synthetic._face_render import _Renderer
@@ -116,7 +117,8 @@ def resolve_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """
     unknown = set(options) - set(_DEFAULTS)
     if unknown:
-        raise BenchError(f"synth_faces: unknown option(s) {sorted(unknown)}; valid: {sorted(_DEFAULTS)}")
+        raise BenchError(f"synth_faces: unknown option(s) {sorted(unknown)}{hint(sorted(unknown)[0], _DEFAULTS)}; "
+                         f"valid: {sorted(_DEFAULTS)}")
     opts = {**_DEFAULTS, **options}
     try:
         n_ids, per_id, size = int(opts["n_ids"]), int(opts["per_id"]), int(opts["size"])
