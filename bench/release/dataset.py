@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 
 from bench.core.interfaces import Mechanism, PrivacyClaim, Release, RunContext
-from bench.core.keys import content_key
+from bench.core.keys import content_key, source_digest
 from bench.data.base import ImageSet, Splits, content_digest
 from bench.data.shards import SplitWriter, open_split
 from bench.randomness import rng
@@ -33,9 +33,12 @@ RELEASE_FORMAT = 4
 
 
 def release_key(splits: Splits, mechanism: Mechanism, seed: int, boxes: str = "dataset", fitted_on: str = "") -> str:
-    """Returns the content key of (data, mechanism, version, params, seed, box source, fitting data)."""
+    """Returns the content key of a release: data, mechanism (version, and source where submitted), params, seed, boxes, fit."""
     m = type(mechanism)
     parts = ["release", RELEASE_FORMAT, rng.VERSION, splits.fingerprint, m.name, m.version, mechanism.config, seed]
+    digest = source_digest(m)
+    if digest:
+        parts.append(("source", digest))
     if m.uses_boxes and boxes != "dataset":
         parts.append(boxes)
     if fitted_on:

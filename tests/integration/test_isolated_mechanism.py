@@ -39,7 +39,8 @@ from bench.testing.isolated import (
     close_all,
     load_isolated,
 )
-from leaderboard.entry_code import SOURCE_FIELD
+from leaderboard.entry_code import SOURCE_FIELD, load_entry_code
+from leaderboard.reproduce import plan_cell
 from tests.integration.test_submit import log_made_up_cells
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -275,6 +276,17 @@ def test_verify_refuses_a_carried_mechanism_that_writes_outside_its_folder(hones
     text = (CHEATS / "cheat_writer.py").read_text(encoding="utf-8")
     entry[SOURCE_FIELD] = {"file": "honest_blur.py", "text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
     forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(entry), encoding="utf-8")
+    with scoped():  # a cell key names the carried code: the swapped file alone is a mismatch, before it runs
+        code = main(["leaderboard", "verify", str(forged), "--sample", "1", "--cache-dir", str(tmp_path / "cache"),
+                     "--results-dir", str(tmp_path / "keyed")])
+    out, _ = capsys.readouterr()
+    assert code == 1 and "planned here" in out and not (tmp_path / "cache" / "releases").exists(), out
+    record_path(forged).unlink()  # the mismatch is recorded; what follows must record nothing
+    with scoped():  # a forger who also re-keys the cells for the swapped file
+        load_entry_code(entry, isolated=True)
+        for cell in entry["cells"]:
+            cell["cell_key"] = plan_cell(entry, cell, tmp_path / "plan", tmp_path / "cache", None, "cpu").key
     forged.write_text(json.dumps(entry), encoding="utf-8")
     with scoped():  # a cache of its own: the honest code's release of the cell (same name and version) is cached
         code = main(["leaderboard", "verify", str(forged), "--sample", "1", "--cache-dir", str(tmp_path / "cache"),

@@ -47,6 +47,46 @@ def test_release_is_cached_by_content_key(tmp_path):
     assert first.claim is not None and first.claim.epsilon == 1
 
 
+_FORGED = """
+from bench.interfaces import Mechanism, ParamSpace
+
+
+class Same(Mechanism):
+    name = "same_name"
+    version = 1
+    params = ParamSpace()
+
+    def apply(self, images, *, generator, boxes=None):
+        return images{op}
+"""
+
+
+def _file_mechanism(path: Path, op: str, monkeypatch) -> type:
+    import importlib.util
+    import sys
+
+    path.write_text(_FORGED.format(op=op))
+    spec = importlib.util.spec_from_file_location(f"forged_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module.Same
+
+
+def test_two_files_declaring_one_name_and_version_never_share_a_release_or_a_cell(tmp_path, monkeypatch):
+    from bench.core.keys import cell_key, source_digest
+
+    honest = _file_mechanism(tmp_path / "honest.py", " // 2", monkeypatch)
+    forged = _file_mechanism(tmp_path / "forged.py", "", monkeypatch)
+    assert source_digest(mechanisms.get("dp_pix")) == ""  # a shipped mechanism is keyed by its version
+    assert source_digest(honest) != source_digest(forged) != ""
+    splits = _splits()
+    assert release_key(splits, honest(), 0) != release_key(splits, forged(), 0)
+    keys = {cell_key("t", "same_name", 1, {}, 0, "smoke", {}, source_digest(m)) for m in (honest, forged)}
+    assert len(keys) == 2
+    assert cell_key("t", "dp_pix", 1, {}, 0, "smoke", {}, "") == cell_key("t", "dp_pix", 1, {}, 0, "smoke", {})
+
+
 def test_a_mechanism_returning_the_wrong_dtype_is_reported(tmp_path):
     class Broken(Mechanism):
         def apply(self, images, *, generator, boxes=None):
