@@ -4,8 +4,8 @@ Each row is a ``Result.to_dict()`` plus ``source`` (``local`` for MLflow runs,
 ``entry:<name>`` for ``leaderboard/entries/*.json``), ``run_id`` and ``overrides`` (the
 cell's ``--set`` sections, read from the run's config.json or the entry). Every run is a
 row (re-runs of one cell are averaged later, by the board); runs superseded by a forced
-re-run (tag ``bench.superseded_by``) and results of an older schema are left out and
-counted (:class:`Skipped`), for one warning line per kind.
+re-run (tag ``bench.superseded_by``), results of an older schema and runs whose result cannot
+be verified are left out and named (:class:`leaderboard.skipped.Skipped`), one warning line per kind.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import json
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping
 from urllib.parse import urlparse
@@ -26,8 +25,9 @@ from bench.errors import BenchError
 from bench.scale.tune_cost import TUNING_COST_TAG
 from bench.storage.tracking import SUPERSEDED
 from bench.storage.tracking.health import StoreDamaged
-from bench.storage.tracking.verify import RESULT_DIGEST, UnverifiedResult, check_result
+from bench.storage.tracking.verify import CELL_KEY, LOST, RESULT_DIGEST, TAGLESS, UnverifiedResult, check_result
 from leaderboard.bundles import BUNDLE_FORMAT, read_bundle, write_bundle  # noqa: F401 (their home before bundles)
+from leaderboard.skipped import UNREADABLE, Skipped
 
 if TYPE_CHECKING:
     from bench.storage.tracking import Tracker
@@ -55,65 +55,13 @@ ENTRIES_DIR = Path(__file__).resolve().parent / "entries"
 ENTRY_KEYS = ("schema", "name", "mechanism", "cells")
 
 
-@dataclass
-class Skipped:
-    """What reading left out, counted, for one warning line per kind.
-
-    Attributes:
-        old_schema: Where (``the MLflow runs``, ``entry x.json``) -> results of schema 1.
-        superseded: Runs a forced re-run replaced.
-        unreadable: FINISHED runs without a readable result.json.
-        unverified: FINISHED runs whose result.json does not match the digest they logged, or
-            that logged none (:mod:`bench.storage.tracking.verify`).
-        missing: FINISHED runs that logged a result.json which is gone (artifacts deleted).
-        stale: Entry name -> why its cells are stale (:mod:`leaderboard.staleness`).
-        unchecked: Entry name -> a cell whose key could not be planned here (its data is absent).
-        shadowed: Entry name -> the shipped file a user's entry of that name hides on the boards.
-    """
-
-    old_schema: dict[str, int] = field(default_factory=dict)
-    superseded: int = 0
-    unreadable: int = 0
-    unverified: int = 0
-    missing: int = 0
-    stale: dict[str, str] = field(default_factory=dict)
-    unchecked: dict[str, str] = field(default_factory=dict)
-    shadowed: dict[str, str] = field(default_factory=dict)
-
-    def notes(self) -> list[str]:
-        """Returns one line per kind of result left out (none when nothing was)."""
-        out = []
-        if self.old_schema:
-            where = ", ".join(f"{n} in {place}" for place, n in self.old_schema.items())
-            out.append(f"{sum(self.old_schema.values())} result(s) of schema 1 skipped ({where}): they were scored "
-                       "with the old formula (a useless attack counted as privacy 1.0); rerun them to include them")
-        if self.missing:
-            out.append(f"the tracking store is damaged: {self.missing} FINISHED run(s) lost their result.json (artifacts "
-                       "deleted); left out ('bench run' computes such a cell again)")
-        if self.unreadable:
-            out.append(f"{self.unreadable} FINISHED run(s) have no readable result.json; left out")
-        if self.unverified:
-            out.append(f"{self.unverified} FINISHED run(s) have a result.json that does not match the digest logged "
-                       "with it, or none was logged; left out ('bench run --force' computes such a cell again)")
-        if self.superseded:
-            out.append(f"{self.superseded} run(s) superseded by a forced re-run left out")
-        for name, why in self.stale.items():
-            out.append(f"entry {name!r} is stale, shown unranked: {why}; 'bench submit --refresh --name {name}' "
-                       "recomputes those cells")
-        for name, why in self.unchecked.items():
-            out.append(f"entry {name!r}: whether its cells are stale cannot be checked here ({why})")
-        for name, file in self.shadowed.items():
-            out.append(f"your entry {name!r} has the name of a shipped baseline ({file}): the boards show yours, "
-                       "not the baseline; resubmit yours with another --name to see both")
-        return out
-
-
 def runs_frame(tracker: "Tracker", skipped: Skipped | None = None) -> pd.DataFrame:
     """Returns one row per FINISHED run that holds a current result.
 
     Args:
         tracker: Where the runs are.
-        skipped: Counts the runs left out (superseded, old schema, unreadable, artifacts lost).
+        skipped: Counts the runs left out (superseded, old schema) and names the runs it could
+            not verify or read (their tags gone, a result.json changed, unreadable or lost).
 
     Raises:
         StoreDamaged: Every FINISHED run lost its result.json (the artifacts folder is gone):
@@ -126,6 +74,10 @@ def runs_frame(tracker: "Tracker", skipped: Skipped | None = None) -> pd.DataFra
     for run in _finished(tracker):
         if SUPERSEDED in run.data.tags:
             skipped.superseded += 1
+            continue
+        if CELL_KEY not in run.data.tags:
+            if {"task", "mechanism"} <= set(run.data.params):  # a cell's run (start_cell logs these): its tags are gone
+                skipped.leave_out(TAGLESS, run)
             continue
         current += 1
         data = _artifact(tracker, run, "result.json", binary=True)
@@ -142,15 +94,15 @@ def runs_frame(tracker: "Tracker", skipped: Skipped | None = None) -> pd.DataFra
         if data is not None:
             try:
                 check_result(run, data)
-            except UnverifiedResult:
-                skipped.unverified += 1
+            except UnverifiedResult as exc:
+                skipped.leave_out(exc.kind, run)
                 continue
         try:
             result = Result.from_dict(raw) if isinstance(raw, dict) else None
         except (ValueError, TypeError, KeyError):
             result = None
         if result is None:
-            skipped.unreadable += 1
+            skipped.leave_out(UNREADABLE, run)
             continue
         rows.append({**result.to_dict(), "source": "local", "run_id": run.info.run_id,
                      "overrides": _overrides(_artifact(tracker, run, "config.json")),
@@ -161,7 +113,8 @@ def runs_frame(tracker: "Tracker", skipped: Skipped | None = None) -> pd.DataFra
         raise StoreDamaged(tracker.uri, f"the result.json of every one of its {current} FINISHED run(s) is missing "
                                         f"({_artifact_folder(lost[0])}); restore its artifacts folder, or compute the "
                                         "cells again")
-    skipped.missing += len(lost)
+    for run in lost:
+        skipped.leave_out(LOST, run)
     return pd.DataFrame(rows)
 
 
@@ -346,9 +299,7 @@ def _finished(tracker: "Tracker") -> Iterator[Any]:
         page = tracker.client.search_runs(
             [tracker.experiment_id], filter_string="attributes.status = 'FINISHED'", max_results=5000, page_token=token,
         )
-        for run in page:
-            if "bench.cell_key" in run.data.tags:
-                yield run
+        yield from page
         token = page.token
         if not token:
             return

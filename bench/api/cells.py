@@ -46,6 +46,7 @@ def run(
     tracking_uri: str | None = None,
     force: bool = False,
     log: Callable[[str], None] | None = None,
+    allow_long: bool = False,
 ) -> "Result":
     """Computes one cell (or reuses its FINISHED run), logs it to MLflow and returns its result.
 
@@ -69,6 +70,7 @@ def run(
         force: Compute again even when the cell has a FINISHED run (the earlier run is
             marked superseded).
         log: Progress lines (default: none).
+        allow_long: Compute settings estimated beyond 24 h (``--allow-long``; :mod:`bench.cell.estimate`).
 
     Returns:
         The cell's result with ``run_id``, its MLflow run (``result.to_dict()`` is the row
@@ -87,7 +89,7 @@ def run(
         task=task, mechanism=mechanism, params=dict(params or {}), seed=seed, profile=profile, device=device,
         data_root=root, results_dir=Path(results_dir), cache_dir=Path(cache_dir) if cache_dir is not None else None,
         attacks=None if attacks is None else tuple(attacks), overrides=sections(settings), tracking_uri=tracking_uri,
-        precision=precision,
+        precision=precision, allow_long=allow_long,
     )
     planned = plan(config)
     tracker = Tracker(config.results_dir, tracking_uri)

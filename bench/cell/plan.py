@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from bench.cell import estimate
+from bench.cell.estimate import Estimate
 from bench.core.config import PROFILES, did_you_mean
-from bench.core.keys import cell_key
+from bench.core.keys import cell_key, source_digest
 from bench.core.registry import attacks as attack_registry
 from bench.core.registry import datasets as dataset_registry
 from bench.core.registry import mechanisms as mechanism_registry
@@ -52,6 +54,8 @@ class RunConfig:
             by size and modification time.
         precision: ``fp32``, or ``bf16`` mixed precision for the task's networks
             (:mod:`bench.system.precision`; part of the cell key). Adversaries always run in fp32.
+        allow_long: Run settings whose estimated time is beyond :data:`bench.cell.estimate.BOUND_S`
+            (``--allow-long``); not part of the cell key.
     """
 
     task: str
@@ -69,6 +73,7 @@ class RunConfig:
     split: str = "test"
     verify_data: bool = False
     precision: str = precision.DEFAULT
+    allow_long: bool = False
 
     @property
     def cache(self) -> Path:
@@ -88,6 +93,8 @@ class Plan:
     device: torch.device
     protocol: str = ""
     """The board's protocol key (:func:`bench.cell.protocol.protocol_key` less the task's entry settings)."""
+    estimate: Estimate | None = None
+    """How long the cell is expected to take (:mod:`bench.cell.estimate`), before any earlier cell refines it."""
 
 
 def check_seed(seed: Any) -> None:
@@ -140,11 +147,15 @@ def plan(config: RunConfig, memo: dict[Any, Any] | None = None) -> Plan:
             memo[setting] = (task, attacks, device, options, board_protocol)
     key = cell_key(
         config.task, config.mechanism, type(mechanism).version, mechanism.config, config.seed, config.profile, options,
+        source_digest(type(mechanism)),
     )
     from bench.cell.preflight import preflight
 
+    expected = estimate.estimate_cell(config.task, config.profile, task, attacks, mechanism, config.mechanism,
+                                      config.overrides, given_params=config.params)
+    estimate.check_bound(expected, config.allow_long)
     preflight(config.mechanism, mechanism, device)  # a plugin's conformance, once per process
-    return Plan(config, task, mechanism, attacks, key, device, board_protocol)
+    return Plan(config, task, mechanism, attacks, key, device, board_protocol, expected)
 
 
 def _setting(config: RunConfig) -> Any:
@@ -177,9 +188,10 @@ def _plan_setting(config: RunConfig, task_cls: type[Task]) -> tuple[Task, dict[s
     Raises:
         BenchError: Any mistake in these settings or data the task or adversaries cannot use.
     """
-    from bench.cell.attribute_checks import check_attributes
+    from bench.cell.attribute_checks import check_attributes, unlabelled_defaults
     from bench.cell.protocol import face_crop_attacks, protocol_key
     from bench.release.dataset import BOX_SOURCES
+    from bench.storage.cache import warn
     from bench.system.devices import resolve_device
 
     known = {"task", "release", *(config.attacks if config.attacks is not None else task_cls.attacks)}
@@ -219,6 +231,13 @@ def _plan_setting(config: RunConfig, task_cls: type[Task]) -> tuple[Task, dict[s
     cropped = face_crop_attacks(task_cls)
     for name, attack in attacks.items():
         attack.check_data(None if name in cropped else shape, config.split)
+    if config.attacks is None:
+        left_out = unlabelled_defaults(task, attacks, shape)
+        if left_out:
+            attacks = {name: a for name, a in attacks.items() if name not in left_out}
+            attack_names = tuple(attacks)
+            warn(f"left out {', '.join(left_out)}: {next(iter(left_out.values()))}; privacy comes from "
+                 f"{', '.join(attacks)} (name adversaries with --attacks to change it)")
     check_attributes(task, attacks, shape)
     options: dict[str, Any] = {"overrides": config.overrides, "attacks": list(attack_names),
                                "protocol": protocol_key(task, attacks)}

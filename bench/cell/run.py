@@ -11,7 +11,8 @@ takes this path:
 3. :func:`execute` takes the cell's lock, which lives with the tracking store
    (``<results>/locks/<key>.lock``; :func:`~bench.cell.once.cell_locks`), marks runs of the
    cell whose process died as FAILED, and returns the FINISHED run if there is one
-   (unless ``force``, or its real data changed since: :func:`~bench.cell.once.data_changed`);
+   (unless ``force``, its real data changed since: :func:`~bench.cell.once.data_changed`, or its
+   result cannot be verified: edited, or its tags gone, which it says in one line);
 4. it creates the run RUNNING, computes the cell, logs it and marks it FINISHED; a failure
    marks it FAILED (KILLED on an interrupt); a forced re-run, or one on changed data, supersedes
    the earlier run.
@@ -38,6 +39,7 @@ from bench.core import curves
 from bench.data.base import recording_reads
 from bench.errors import BenchError
 from bench.storage.locks import file_lock
+from bench.storage.tracking.lookup import tagless_runs
 from bench.storage.tracking.verify import UnverifiedResult
 from bench.system import precision
 from bench.system.cpus import fit_torch_threads
@@ -86,7 +88,9 @@ def execute(
         orphans = tracker.fail_orphans(key, lambda run: _orphaned(run, lock))
         if orphans:
             log(f"marked {orphans} run(s) of this cell left by a killed process FAILED")
-        existing = tracker.finished_runs(key)
+        # A FINISHED run whose tags are gone is not found by its key: found by its params, it says why it is redone.
+        existing = tracker.finished_runs(key) or tagless_runs(
+            tracker, {"task": cfg.task, "mechanism": cfg.mechanism, "seed": cfg.seed, "profile": cfg.profile}, key)
         if existing and not force:
             try:
                 result = tracker.load_result(existing[0])

@@ -6,9 +6,10 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 from typing import Any
 
-from bench.cli.common import path_arg
+from bench.cli.common import add_allow_long_option, path_arg
 from bench.errors import BenchError
 
 
@@ -35,6 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
     p.add_argument("--mechanism-file", type=path_arg, default=None, help="a Python file that registers a mechanism")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_allow_long_option(p, "audit")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.add_argument("-v", "--verbose", action="store_true", help="progress lines (the default; kept for older scripts)")
     p.set_defaults(func=audit)
@@ -67,6 +69,8 @@ def audit(args: argparse.Namespace) -> int:
     from bench.audit import AuditConfig, audit_mechanism
     from bench.audit.config import MAX_IMAGE_SIZE, MAX_TRIALS, MIN_IMAGE_SIZE, MIN_TRIALS
     from bench.audit.run import AUTO_MAX_TRIALS, gate_trials
+    from bench.cell.estimate import check_bound, describe
+    from bench.cell.estimate_audit import estimate_audit
     from bench.core.params import parse_assignments
     from bench.core.registry import load_mechanism_file, mechanisms
     from bench.system.devices import resolve_device
@@ -85,6 +89,12 @@ def audit(args: argparse.Namespace) -> int:
     mechanism = mechanisms.get(args.mechanism)(**parse_assignments(args.param))
     if auto:
         config = dataclasses.replace(config, trials=gate_trials(mechanism, config.confidence, AUTO_MAX_TRIALS))
+    expected = estimate_audit(mechanism, config, given=not auto)
+    if expected is not None:
+        check_bound(expected, args.allow_long, "this audit")
+        if not args.quiet:
+            print(f"[bench] audit {args.mechanism}: {config.trials:,} trials per input expected to take "
+                  f"{describe(expected)}", file=sys.stderr, flush=True)
     with Display(interactive=interactive() and not args.quiet, lines=not args.quiet) as display:
         emitter = display.emitter()
         emitter.start(f"audit {args.mechanism}")

@@ -58,7 +58,22 @@ def add_cell_options(parser: argparse.ArgumentParser, many: bool = False) -> Non
     parser.add_argument("--mechanism-file", type=path_arg, action="append", default=[],
                         help="a Python file that registers a mechanism (repeatable"
                              + ("; loaded in every worker)" if many else ")"))
+    add_allow_long_option(parser, "cell")
     add_location_args(parser)
+
+
+def add_allow_long_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """Adds ``--allow-long`` (``args.allow_long``): run settings estimated beyond the time bound.
+
+    Args:
+        parser: The subcommand's parser.
+        what: What the estimate is of, for the help (``cell``, ``audit``).
+    """
+    from bench.cell.estimate import ALLOW_LONG, BOUND_S, about
+
+    parser.add_argument(ALLOW_LONG, action="store_true",
+                        help=f"run even when the settings you gave make a {what} take longer than {about(BOUND_S)} by "
+                             "the plan's estimate (otherwise refused before any work)")
 
 
 def load_plugins(args: argparse.Namespace) -> None:
@@ -99,7 +114,7 @@ def run_config(args: argparse.Namespace, absolute: bool = False, **extra: Any) -
         task=args.task, mechanism=args.mechanism, params=parse_assignments(args.param), seed=args.seed,
         profile=args.profile, device=args.device, data_root=data_root(args.data_root), results_dir=results,
         cache_dir=cache, attacks=parse_attacks(args.attacks), overrides=parse_overrides(args.overrides),
-        tracking_uri=uri, precision=args.precision, **extra,
+        tracking_uri=uri, precision=args.precision, allow_long=getattr(args, "allow_long", False), **extra,
     )
 
 
@@ -142,10 +157,13 @@ def text_arg(text: str) -> str:
     """An argparse ``type`` for names and URIs: refuses an empty or blank one (it would mean "the default").
 
     Raises:
-        argparse.ArgumentTypeError: The text is empty or blank.
+        argparse.ArgumentTypeError: The text is empty or blank, or holds a line break or another
+            control character.
     """
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty value; leave the option out for its default")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise argparse.ArgumentTypeError(f"a name or URI is one line of printable text, got {text!r}")
     return text
 
 

@@ -118,6 +118,7 @@ def placement(args: argparse.Namespace):
     return Placement(
         results_dir=results, cache_dir=cache_dir(args).resolve(), tracking_uri=tracking_uri(results, args.tracking_uri),
         data_root=data_root(args.data_root), device=args.device, precision=args.precision,
+        allow_long=getattr(args, "allow_long", False),
     )
 
 
@@ -140,6 +141,9 @@ def executor_config(args: argparse.Namespace):
                              "each worker process needs one (and holds a cell in memory); give at most that")
     if args.gpus_per_cell < 1 or (args.gpus_per_cell > 1 and args.executor != "ray"):
         raise BenchError(f"--gpus-per-cell must be at least 1 and needs --executor ray, got {args.gpus_per_cell}")
+    if args.ray_address is not None and args.executor != "ray":
+        raise BenchError(f"--ray-address {args.ray_address} needs --executor ray (the {args.executor} executor "
+                         "would ignore it)")
     config = ExecutorConfig(kind=args.executor, workers=args.workers, ray_address=args.ray_address,
                             gpus_per_cell=args.gpus_per_cell,
                             plugin_files=tuple(p.resolve() for p in args.mechanism_file), verbose=args.verbose)
@@ -167,6 +171,7 @@ def run_grid(cells, where, executor, quiet: bool = False):
         executor: ExecutorConfig.
         quiet: No progress output.
     """
+    from bench.cell.estimate_store import grid_line
     from bench.cell.once import sweep_orphans
     from bench.scale.executors import open_tracker, run_cells, worker_count
     from bench.scale.grid import CellOutcome, GridProgress, GridSummary, pending
@@ -179,6 +184,7 @@ def run_grid(cells, where, executor, quiet: bool = False):
     handed = {c.key for c in todo}
     skipped = [CellOutcome(c.key, c.label, "skipped", done[c.key][0]) for c in cells if c.key not in handed]
     workers = worker_count(todo, executor)
+    expected = expected_seconds([c for c in todo if c.key not in done], tracker)
     if not quiet:
         checks = sum(c.key in done for c in todo)
         checked = f" ({checks} finished on real data, checked against it first)" if checks else ""
@@ -186,7 +192,10 @@ def run_grid(cells, where, executor, quiet: bool = False):
         print(f"[bench] grid: {len(cells)} cells, {len(skipped)} already finished, {len(todo)} to run{checked} "
               f"({executor.kind}, {workers or 'as many as the cluster allows'} at a time){note}", file=sys.stderr,
               flush=True)
-    progress = GridProgress(len(todo), interactive=interactive() and not quiet)
+        if expected:
+            print(grid_line(list(expected.values()), workers), file=sys.stderr, flush=True)
+    progress = GridProgress(len(todo), interactive=interactive() and not quiet,
+                            expected={k: e.seconds for k, e in expected.items()}, workers=workers)
     display = None if quiet or executor.kind == "ray" else Display(interactive=interactive())
     try:
         outcomes = run_cells(todo, executor, progress if not quiet else (lambda outcome: None), display)
@@ -195,6 +204,25 @@ def run_grid(cells, where, executor, quiet: bool = False):
             display.close()
         progress.close()
     return GridSummary(skipped + outcomes, time.perf_counter() - started)
+
+
+def expected_seconds(cells, tracker) -> dict:
+    """Returns cell key -> Estimate of the cells that have one, calibrated by this machine's earlier cells.
+
+    One query to the store per benchmark and profile (:func:`bench.cell.estimate_store.machine_factor`).
+    """
+    from bench.cell.estimate_store import calibrated, machine_factor
+
+    factors: dict[tuple[str, str], tuple[float, int]] = {}
+    out = {}
+    for cell in cells:
+        if cell.estimate is None:
+            continue
+        kind = (cell.config.task, cell.config.profile)
+        if kind not in factors:
+            factors[kind] = machine_factor(tracker, *kind)
+        out[cell.key] = calibrated(cell.estimate, *factors[kind])
+    return out
 
 
 def grid(args: argparse.Namespace) -> int:

@@ -8,7 +8,14 @@ import sys
 import time
 from pathlib import Path
 
-from bench.cli.common import add_entries_option, add_location_args, check_locations, data_root, path_arg
+from bench.cli.common import (
+    add_allow_long_option,
+    add_entries_option,
+    add_location_args,
+    check_locations,
+    data_root,
+    path_arg,
+)
 from bench.errors import BenchError
 from leaderboard.reproduce import DEFAULT_SAMPLE
 
@@ -56,6 +63,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--sample", default=str(DEFAULT_SAMPLE), metavar="K",
                         help=f"how many cells to recompute (default {DEFAULT_SAMPLE}; 'all' for every cell)")
     verify.add_argument("--seed", default="0", help="seed of the random sample (default 0)")
+    add_allow_long_option(verify, "verify")
     verify.add_argument("--results-dir", type=path_arg, default=None,
                         help="log the recomputed runs here (forced: earlier runs of these cells are superseded); "
                              "default a temporary folder, deleted afterwards")
@@ -121,11 +129,12 @@ def check_entries_folder(args: argparse.Namespace) -> None:
 def collect(args: argparse.Namespace):
     """Returns (Leaderboard, result rows, tracker or None) from the runs, entries and suites the options name.
 
-    Notes about left-out results (superseded runs, results of an old schema) are printed
-    on stderr, one line each.
+    Notes about left-out results (superseded runs, results of an old schema, runs it could
+    not verify, named) are printed on stderr, one line each.
 
     Raises:
-        BenchError: There are no results at all, the entries folder named is none, or an
+        BenchError: There are no results at all (the line says which runs were left out and
+            why, when some were), the entries folder named is none, or an
             entry or a named suite is malformed.
         StoreDamaged: The tracking store is damaged (emptied, truncated, its artifacts gone).
         StoreLocked: The tracking store stayed locked by another connection.
@@ -156,14 +165,13 @@ def collect(args: argparse.Namespace):
     if args.profile is not None and len(frame):
         frame = frame[frame["profile"] == args.profile].reset_index(drop=True)
     present = set(frame["task"]) if len(frame) else set()
+    if len(frame) == 0:  # one line: why, when runs were left out (their tags gone, a result changed...)
+        where = f"{args.results_dir}" + ("" if args.no_entries else
+                                          f" or {' or '.join(map(str, folders.reading())) or folders.folder}")
+        raise BenchError(skipped.nothing_left(where + (f" with profile {args.profile}" if args.profile else "")))
     notes = skipped.notes() + [p.note() for p in problems if not p.benchmarks or present & set(p.benchmarks)]
     for note in notes:
         print(f"[bench] warning: {note}", file=sys.stderr)
-    if len(frame) == 0:
-        where = f"{args.results_dir}" + ("" if args.no_entries else
-                                          f" or {' or '.join(map(str, folders.reading())) or folders.folder}")
-        raise BenchError(f"no finished cells in {where}" + (f" with profile {args.profile}" if args.profile else "")
-                         + " (run 'bench grid' or 'bench run' first)")
     return build_leaderboard(frame, [*local, *declarations]), frame, tracker
 
 
@@ -216,9 +224,12 @@ def serve_cmd(args: argparse.Namespace) -> int:
         BenchError: The port is out of range or taken, or the site cannot be built.
     """
     from bench.cli.common import check_port
+    from bench.storage.folders import check_path_name
 
     check_port(args.port, lowest=0)
     args.out = out = site_folder(args)
+    check_locations(args, writing=False)
+    check_path_name("--out", out)
     build = args.rebuild or not (out / "index.html").is_file()
     server = listen(args.port, out)
     try:
@@ -330,11 +341,15 @@ def _verify(args: argparse.Namespace, path: Path, entry: dict, finish_isolated) 
     for flag, folder in (("--results-dir", args.results_dir), ("--cache-dir", args.cache_dir)):
         if folder is not None:
             check_writable_folder(flag, folder)
+    cells = sample_cells(entry["cells"], count, seed)
+    check_verify_time(cells, args)
     check = check_entry(entry)
     print(terminal_safe(f"entry {entry['name']}: {check.status}"))
-    cells = sample_cells(entry["cells"], count, seed)
-    more = f" (--sample {count} is more than its {len(entry['cells'])} cells)" if count > len(entry["cells"]) else ""
-    print(f"recomputing {len(cells)} of {len(entry['cells'])} cells (sample seed {seed}){more}", flush=True)
+    if count > len(entry["cells"]):
+        print(f"recomputing all {len(cells)} of {len(entry['cells'])} cells: --sample {args.sample} is more than the "
+              "entry has", flush=True)
+    else:
+        print(f"recomputing {len(cells)} of {len(entry['cells'])} cells (sample seed {seed})", flush=True)
     print(verify_estimate(cells), flush=True)
     started = time.monotonic()
     results = reproduce(entry, cells, args.results_dir, args.cache_dir, data_root(args.data_root), args.device,
@@ -347,6 +362,21 @@ def _verify(args: argparse.Namespace, path: Path, entry: dict, finish_isolated) 
     _record(path, entry, results, seed, time.monotonic() - started, isolation)
     print(f"{matched} of {len(results)} sampled cells match" + ("" if check.verified else "; the entry is unverified"))
     return 0 if check.verified and matched == len(results) else 1
+
+
+def check_verify_time(cells: list, args: argparse.Namespace) -> None:
+    """Refuses a --sample whose cells took longer than the time bound where they were computed, unless --allow-long.
+
+    Raises:
+        BenchError: One line naming --sample, its cells' recorded time and --allow-long.
+    """
+    from bench.cell.estimate import Estimate, check_bound
+
+    seconds = [float(c.get("runtime_s") or 0.0) for c in cells]
+    if cells and all(seconds) and args.sample != str(DEFAULT_SAMPLE):
+        check_bound(Estimate(sum(seconds), given=(f"--sample {args.sample}",), given_factor=float(len(cells)),
+                             source="the run times the entry records for them"), args.allow_long,
+                    f"recomputing {len(cells)} cells")
 
 
 def verify_estimate(cells: list) -> str:
@@ -395,10 +425,18 @@ def find_entry(args: argparse.Namespace, path: Path) -> Path:
     The user's folder is searched before the shipped baselines.
 
     Raises:
-        BenchError: ENTRY is neither a file nor the name of an entry in those folders.
+        BenchError: ENTRY is neither a file nor the name of an entry in those folders, or
+            --entries names no folder.
     """
+    from bench.storage.folders import check_path_name
     from leaderboard.locations import entry_names_in
 
+    check_path_name("ENTRY", path)
+    if args.entries is not None:  # a folder that is not there would be passed over without a word
+        check_path_name("--entries", args.entries)
+        if not args.entries.is_dir():
+            state = "is a file, not a folder" if args.entries.exists() else "does not exist"
+            raise BenchError(f"--entries {args.entries} {state}: name the folder of entry JSON files")
     if path.exists():
         return path
     text = str(path)

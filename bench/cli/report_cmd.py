@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.cli.common import add_entries_option, add_location_args, path_arg
+from bench.cli.common import add_entries_option, add_location_args, check_locations, path_arg
 from bench.errors import BenchError
 from bench.storage.folders import check_writable_file, check_writable_folder
 
@@ -72,6 +72,11 @@ def report(args: argparse.Namespace) -> int:
         parse_column(column)
     if args.plot is not None:
         check_writable_folder("--plot", args.plot)
+    check_locations(args, writing=False)
+    if args.entries is not None:
+        from bench.cli.leaderboard_cmd import check_entries_folder
+
+        check_entries_folder(args)  # a folder that is not there would add no cells without a word
     skipped = Skipped()
     leaderboard = None
     if args.plot is not None:
@@ -88,10 +93,9 @@ def report(args: argparse.Namespace) -> int:
         frame = combine(runs, entries)
     if args.profile is not None and len(frame):
         frame = frame[frame["profile"] == args.profile].reset_index(drop=True)
-    if len(frame) == 0:
-        where = args.bundle or args.results_dir
-        raise BenchError(f"no finished cells in {where}" + (f" or {args.entries}" if args.entries else "")
-                         + " (run 'bench run' or 'bench grid' first)")
+    if len(frame) == 0:  # one line: why, when runs were left out (their tags gone, a result changed...)
+        where = f"{args.bundle or args.results_dir}" + (f" or {args.entries}" if args.entries else "")
+        raise BenchError(skipped.nothing_left(where + (f" with profile {args.profile}" if args.profile else "")))
     table = report_table(frame, args.benchmark, columns)
     if args.benchmark is not None and table.empty:
         raise BenchError(f"no finished test-split cells of benchmark {args.benchmark!r}")

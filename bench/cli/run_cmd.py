@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     load_plugins(args)
     cell = plan(run_config(args, verify_data=args.verify_data))  # a mistyped name stops here, before torch is imported
 
+    from bench.cell.estimate_store import announce
     from bench.cell.report import format_result
     from bench.cell.run import execute
     from bench.scale.grid import cell_label
@@ -41,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
     from bench.system.progress import Display
 
     tracker = Tracker(args.results_dir, args.tracking_uri)
+    expected = None if args.quiet else announce(cell, tracker, force=args.force)
+    if expected:
+        print(expected, file=sys.stderr, flush=True)
     bars = interactive() and not args.quiet
     copy = sys.stdout if bars and not sys.stdout.isatty() else None  # `bench run > log.txt`: the log gets the stages
     with Display(interactive=bars, lines=not args.quiet, copy=copy) as display:

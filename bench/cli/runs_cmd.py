@@ -9,6 +9,8 @@ from bench.cli.common import add_location_args, check_locations, text_arg
 
 ID_WIDTH = 12
 """Characters of a run id shown: a prefix ``bench show`` takes while it is unique."""
+NAMED = 5
+"""UNVERIFIED runs whose reason is printed, one line each; further ones are counted in one line."""
 STATUSES = ("running", "finished", "failed", "killed")
 """The run statuses ``--status`` takes (MLflow's, lower case)."""
 
@@ -57,8 +59,11 @@ def runs(args: argparse.Namespace) -> int:
         print("no runs match" + ("" if args.json else f" in {tracker.uri}"), file=sys.stderr)
     elif len(rows) > len(shown):
         print(f"... {len(rows) - len(shown)} more (--limit 0 lists all)", file=sys.stderr)
-    for line in unverified:
+    for line in unverified[:NAMED]:
         print(f"[bench] UNVERIFIED {line}", file=sys.stderr)
+    if len(unverified) > NAMED:
+        print(f"[bench] UNVERIFIED: {len(unverified) - NAMED} more run(s) ('bench show RUN' says why of each)",
+              file=sys.stderr)
     return 0
 
 

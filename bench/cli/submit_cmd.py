@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.cli.common import add_entries_option
+from bench.cli.common import add_entries_option, check_locations
 from bench.cli.entry_files import (  # noqa: F401 (their home before entry_files; tests and plugins import them here)
     SUBMIT_AUDIT_CONFIDENCE,
     SUBMIT_AUDIT_IMAGE_SIZE,
@@ -54,7 +54,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_cell_args(p)
     p.add_argument("--name", type=entry_name_arg, default=None,
                    help="entry name (default: the mechanism's name); no '/', '\\' or control characters")
-    p.add_argument("--description", default="", help="one line about the entry")
+    p.add_argument("--description", type=description_arg, default="", help="one line about the entry")
     add_entries_option(p, "where to write the entry (default: ./leaderboard/entries of the current folder, or "
                           "$BENCH_ENTRIES); the package's shipped baselines are written only when this names "
                           "their folder")
@@ -79,6 +79,17 @@ def entry_name_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(f"an entry name is not a path: {text!r} (no '/', '\\', '.' or '..')")
     if any(ord(c) < 32 or ord(c) == 127 for c in text):
         raise argparse.ArgumentTypeError(f"an entry name is one line of printable text, got {text!r}")
+    return text
+
+
+def description_arg(text: str) -> str:
+    """An argparse ``type`` for ``--description``: one line of printable text (boards and tables show it as one).
+
+    Raises:
+        argparse.ArgumentTypeError: The text holds a line break or another control character.
+    """
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise argparse.ArgumentTypeError(f"a description is one line of printable text, got {text!r}")
     return text
 
 
@@ -108,6 +119,8 @@ def _submit(args: argparse.Namespace) -> int:
         return refresh(args)
     from bench.cli.submit_gate import finish_isolation, isolate_files, isolated_executor, submission_gate  # issue 62
 
+    check_locations(args)  # the places and the executor are refused before a worker starts or a check runs
+    executor_config(args)
     isolation = isolate_files(args, lambda n: adjust_suite(submission_suite(args.suite or "standard", n,
                                                                             split_names(args.task)), args))
     names = split_names(args.mechanism)

@@ -20,7 +20,9 @@ refusal is one line (a BenchError).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import sys
 import time
 from dataclasses import dataclass
@@ -229,9 +231,17 @@ def load_files(args, who: str = "submit") -> dict[str, Any] | None:
         for path in files:
             load_mechanism_file(path)
         return {"kind": "none", "reason": "BENCH_ISOLATION=none"}
+    for path in files:  # what needs no import is refused here, naming the file as given
+        if not path.is_file():
+            raise BenchError(f"--mechanism-file {path}: no such file")
+        if path.suffix != ".py":
+            raise BenchError(f"cannot import {path}: not a Python file")
+    with contextlib.redirect_stderr(io.StringIO()) as notes:  # a file that fails to load is the one line said
+        isolation = load_isolated(files, mode)
     print(f"[bench] {who}: {shown} runs in an isolated worker process (no network, read-only files, home watched)",
           file=sys.stderr, flush=True)
-    return load_isolated(files, mode)
+    sys.stderr.write(notes.getvalue())
+    return isolation
 
 
 def isolated_executor(config, isolation: dict[str, Any] | None):

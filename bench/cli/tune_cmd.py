@@ -7,12 +7,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.cli.common import add_cell_options, run_config, text_arg
+from bench.cli.common import add_cell_options, load_plugins, run_config, text_arg
 from bench.errors import BenchError
 
 if TYPE_CHECKING:
     import optuna
 
+    from bench.cell.estimate import Estimate
+    from bench.cell.plan import RunConfig
     from bench.scale.grid import CellOutcome
     from bench.scale.tune import Selected
 
@@ -49,6 +51,8 @@ def tune(args: argparse.Namespace) -> int:
 
     check_tune_options(args)
     base = run_config(args, absolute=True)
+    load_plugins(args)  # the study loads them again in each trial: loading is idempotent
+    expected = tune_estimate(base, args.trials)
     config = TuneConfig(base=base, trials=args.trials, storage=args.storage, study_name=args.study,
                         population=args.population, sampler_seed=args.sampler_seed,
                         plugin_files=tuple(p.resolve() for p in args.mechanism_file))
@@ -56,7 +60,15 @@ def tune(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    study = run_study(config, (lambda number, outcome: None) if args.quiet else print_trial)
+
+    def announce() -> None:
+        if not args.quiet:
+            from bench.cell.estimate import describe
+
+            print(f"[bench] tune: {args.trials} trials expected to take {describe(expected)} of cell time over all "
+                  "workers, then the selected configurations on test", file=sys.stderr, flush=True)
+
+    study = run_study(config, (lambda number, outcome: None) if args.quiet else print_trial, announce)
     print(f"study {config.name!r} in {storage_text(args.storage, base.results_dir)} (another worker joins it with "
           f"--storage and --study)")
     print(format_pareto(study, args.trials))
@@ -70,14 +82,33 @@ def tune(args: argparse.Namespace) -> int:
     return 1 if any(item.test.status == "failed" for item in selected) else 0
 
 
+def tune_estimate(base: "RunConfig", trials: int) -> "Estimate":
+    """Plans one trial (the default parameters, on the validation split) and returns the study's estimate.
+
+    Raises:
+        BenchError: The trial cannot be planned, or ``trials`` of it are estimated beyond
+            the time bound and ``--allow-long`` was not given (:func:`bench.cell.estimate.check_bound`).
+    """
+    import dataclasses
+
+    from bench.cell.estimate import Estimate, check_bound, repeated
+    from bench.cell.plan import plan
+
+    trial = plan(dataclasses.replace(base, split="val"))
+    expected = repeated(trial.estimate or Estimate(0.0), max(1, trials), f"--trials {trials}")
+    check_bound(expected, base.allow_long, "this study")
+    return expected
+
+
 def check_tune_options(args: argparse.Namespace) -> None:
     """Checks tune's own options before anything is planned or written.
 
     Raises:
         BenchError: --threads outside 1..the CPUs this process may use, a --population
-            larger than --trials (NSGA-II would never breed a generation), or a journal
-            file (--storage journal:PATH) that cannot be written.
+            larger than --trials (NSGA-II would never breed a generation), a journal
+            file (--storage journal:PATH) that cannot be written, or a --storage it cannot use.
     """
+    from bench.scale.tune_storage import check_storage
     from bench.storage.folders import check_writable_file
     from bench.system.cpus import usable_cpus
 
@@ -89,6 +120,8 @@ def check_tune_options(args: argparse.Namespace) -> None:
                          "breed a generation (a random search); give at most --trials")
     if args.storage is not None and args.storage.startswith("journal:"):
         check_writable_file("--storage", Path(args.storage[len("journal:"):]))
+    if args.storage is not None:
+        check_storage(args.storage, args.results_dir)  # a scheme or file it cannot use, before the trial is planned
 
 
 def _short(value: Any) -> str:

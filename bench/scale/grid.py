@@ -37,6 +37,7 @@ __all__ = [
 """Suites were defined here before :mod:`bench.scale.suite`; their names stay importable from this module."""
 
 if TYPE_CHECKING:
+    from bench.cell.estimate import Estimate
     from bench.cell.plan import RunConfig
     from bench.storage.tracking import Tracker
 
@@ -52,6 +53,7 @@ class Placement:
         data_root: Root of real datasets.
         device: auto, cpu, cuda or cuda:N.
         precision: fp32 or bf16 (:mod:`bench.system.precision`; part of every cell's key).
+        allow_long: Run cells whose settings are estimated beyond the time bound (``--allow-long``).
     """
 
     results_dir: Path
@@ -60,6 +62,7 @@ class Placement:
     data_root: Path | None = None
     device: str = "auto"
     precision: str = "fp32"
+    allow_long: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,11 +73,13 @@ class Cell:
         config: What the runner computes.
         key: The cell's content key.
         label: Short human description.
+        estimate: How long it is expected to take (:mod:`bench.cell.estimate`).
     """
 
     config: "RunConfig"
     key: str
     label: str
+    estimate: "Estimate | None" = None
 
 
 # --- cells --------------------------------------------------------------------------------
@@ -106,6 +111,7 @@ def expand(suite: Suite, placement: Placement, memo: dict | None = None) -> list
                         device=placement.device, data_root=placement.data_root, results_dir=placement.results_dir,
                         cache_dir=placement.cache_dir, attacks=suite.attacks, overrides=overrides,
                         tracking_uri=placement.tracking_uri, precision=placement.precision,
+                        allow_long=placement.allow_long,
                     )
                     try:
                         planned = plan(config, memo)
@@ -114,7 +120,7 @@ def expand(suite: Suite, placement: Placement, memo: dict | None = None) -> list
                         raise BenchError(f"suite {suite.name!r}: mechanisms[{i}] ({spec.name}"
                                          f"{' ' + shown if shown else ''}) on {benchmark}: {exc}") from None
                     config = dataclasses.replace(config, params=dict(planned.mechanism.config))
-                    cells.setdefault(planned.key, Cell(config, planned.key, cell_label(config)))
+                    cells.setdefault(planned.key, Cell(config, planned.key, cell_label(config), planned.estimate))
     return list(cells.values())
 
 
@@ -172,37 +178,60 @@ def _search(tracker: "Tracker", filter_string: str):
 class GridProgress:
     """Counts finished cells and shows a bar with an ETA (a line per cell when not on a terminal).
 
+    The ETA comes from the cells' estimates (:mod:`bench.cell.estimate`) where they are
+    given, so it covers the whole grid from the start: the estimated seconds left, times the
+    elapsed time over the estimated seconds of the cells done (at the start, over the workers);
+    otherwise from the mean time of the cells done.
+
     Args:
         total: Cells to run.
         interactive: Draw a tqdm bar instead of lines.
+        expected: Cell key -> estimated seconds of the cells to run.
+        workers: Cells that run at a time.
     """
 
-    def __init__(self, total: int, interactive: bool = False):
+    def __init__(self, total: int, interactive: bool = False, expected: dict[str, float] | None = None,
+                 workers: int | None = None):
         self.total = total
         self.outcomes: list[CellOutcome] = []
         self.started = time.perf_counter()
+        self.expected = dict(expected or {})
+        self.workers = max(1, workers or 1)
         self._bar = None
         if interactive and total:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, unit="cell", desc="grid", file=sys.stderr)
+            if self.expected:
+                self._bar.set_postfix_str(f"ETA ~{duration(self.eta())}")
+
+    def eta(self) -> float:
+        """Returns the seconds the grid is expected to take from now."""
+        elapsed = time.perf_counter() - self.started
+        done = len(self.outcomes)
+        if self.expected:
+            finished = {o.key for o in self.outcomes}
+            left = sum(v for k, v in self.expected.items() if k not in finished)
+            spent = sum(self.expected.get(k, 0.0) for k in finished)
+            return elapsed * left / spent if spent > 0 and elapsed > 0 else left / self.workers
+        return elapsed / done * (self.total - done) if done else 0.0
 
     def __call__(self, outcome: CellOutcome) -> None:
         """Records one finished cell."""
         self.outcomes.append(outcome)
         failed = sum(o.status == "failed" for o in self.outcomes)
         if self._bar is not None:
-            self._bar.set_postfix(failed=failed, refresh=False)
+            self._bar.set_postfix_str(f"failed={failed}" + (f", ETA ~{duration(self.eta())}" if self.expected else ""),
+                                      refresh=False)
             self._bar.update(1)
             if outcome.status == "failed":
                 self._bar.write(f"[bench] failed: {outcome.label}: {outcome.error}", file=sys.stderr)
             return
         done = len(self.outcomes)
         elapsed = time.perf_counter() - self.started
-        eta = elapsed / done * (self.total - done)
         tail = f": {outcome.error}" if outcome.error else f" ({outcome.seconds:.1f} s)"
         print(f"[bench] {done}/{self.total} {outcome.status} {outcome.label}{tail}; "
-              f"elapsed {duration(elapsed)}, ETA {duration(eta)}", file=sys.stderr, flush=True)
+              f"elapsed {duration(elapsed)}, ETA {duration(self.eta())}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         """Closes the bar."""

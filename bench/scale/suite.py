@@ -137,7 +137,10 @@ def suite_source(ref: str | Path) -> tuple[str, str]:
     Raises:
         BenchError: No such suite, or a file that cannot be read as text.
     """
+    from bench.storage.folders import check_path_name
+
     text_ref = str(ref)
+    check_path_name("--suite", text_ref)  # a name over 255 bytes is no file (the file system refuses to look)
     if text_ref.endswith((".yaml", ".yml")) or "/" in text_ref or Path(text_ref).is_file():
         path = Path(text_ref)
         if not path.is_file():
@@ -244,14 +247,19 @@ def parse_ints(text: str, what: str) -> list[int]:
     """Parses a comma-separated list of integers.
 
     Raises:
-        BenchError: A part that is not an integer, or no integer at all (``what`` names the option).
+        BenchError: A part that is not an integer, no integer at all, or an empty part between two
+            (``1,,2``: a number left out; ``what`` names the option).
     """
+    parts = [part.strip() for part in text.split(",")]
     try:
-        values = [int(part) for part in text.split(",") if part.strip()]
+        values = [int(part) for part in parts if part]
     except ValueError:
         raise BenchError(f"{what} expects comma-separated integers, got {text!r}") from None
     if not values:
         raise BenchError(f"{what} needs at least one integer (comma-separated), got {text!r}")
+    filled = [i for i, part in enumerate(parts) if part]
+    if "" in parts[filled[0]:filled[-1]]:
+        raise BenchError(f"{what} {text!r} has an empty item between commas (a number left out?)")
     return values
 
 

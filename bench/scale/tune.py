@@ -174,12 +174,15 @@ def open_study(config: TuneConfig) -> "optuna.Study":
     return study
 
 
-def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lambda number, outcome: None) -> "optuna.Study":
+def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lambda number, outcome: None,
+         on_start: Callable[[], None] = lambda: None) -> "optuna.Study":
     """Runs trials until the study holds ``config.trials`` of them (counting other workers').
 
     Args:
         config: The study.
         on_trial: Called with the trial number and its cell's outcome after each trial.
+        on_start: Called once everything is checked and the study and tracking store are
+            open, before the first trial (``bench tune`` prints its estimate there).
 
     Returns:
         The study.
@@ -213,6 +216,7 @@ def tune(config: TuneConfig, on_trial: Callable[[int, CellOutcome], None] = lamb
         raise BenchError("bench tune maximises privacy: the cells need at least one attack (drop --attacks none)")
     study = open_study(config)
     tracker = open_tracker(config.base.results_dir, config.base.tracking_uri)
+    on_start()
     dead, orphans = fail_dead_trials(study), sweep_orphans(tracker)
     if dead or orphans:
         print(f"[bench] tune: {dead} trial(s) and {orphans} MLflow run(s) left by killed processes marked FAILED "

@@ -175,7 +175,10 @@ CASES: list[tuple[str, list[str], str]] = [
     # data shortfalls, from the data's shape before any work (no MLflow run opened: nothing is written)
     ("reid-one-identity", [*REID, "--data-root", "{data}/market_1id"], "add identities"),
     ("reid-fewer-identities-than-p", [*REID, "--data-root", "{data}/market_3ids"], "lower task.p to 3"),
-    ("reid-no-attribute-file", [*REID, "--data-root", "{data}/market_3ids", "--set", "task.p=3"], "--attacks none"),
+    ("reid-no-attribute-file", [*REID, "--data-root", "{data}/market_3ids", "--set", "task.p=3",
+                                "--set", "identity_linkage.p=3"], "--attacks identity_linkage"),
+    ("reid-fewer-identities-than-linkage-p", [*REID, "--data-root", "{data}/market_3ids", "--set", "task.p=3"],
+     "set identity_linkage.p=3"),
     ("reid-queries-matched-only-by-their-own-camera", [*REID, "--data-root", "{data}/market_one_camera"],
      "from another camera"),
     ("face-detect-without-face-boxes", ["run", "--mechanism", "pixelate", "--task", "classify_folder_obf_obf",

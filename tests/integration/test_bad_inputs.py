@@ -81,7 +81,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("results-dir-is-a-file", ["run", "--mechanism", "dp_pix", "--task", FS, "--profile", "smoke",
                                "--results-dir", "{tmp}/afile"], "is a file"),
     ("cache-dir-is-a-file", [*RUN, "--cache-dir", "{tmp}/afile"], "is a file"),
-    ("unsupported-tracking-uri", [*RUN, "--tracking-uri", "foo://bar"], "tracking store"),
+    ("unsupported-tracking-uri", [*RUN, "--tracking-uri", "foo://bar"], "unsupported scheme 'foo'"),
     ("unreachable-tracking-server", [*RUN, "--tracking-uri", "http://127.0.0.1:9"], "tracking store"),
     ("corrupt-mlflow-db", ["run", "--mechanism", "dp_pix", "--task", FS, "--profile", "smoke",
                            "--results-dir", "{tmp}/corrupt"], "tracking store"),

@@ -152,3 +152,26 @@ def test_a_declaration_without_cells_is_refused(tmp_path):
     with pytest.raises(BenchError, match="does not list cells"):
         read_entries(tmp_path)
 
+
+
+def test_left_out_runs_are_named_a_few_then_counted_and_an_empty_view_says_why():
+    from types import SimpleNamespace
+
+    from leaderboard.skipped import NAMED
+
+    def run(i: int, key: str = "") -> SimpleNamespace:
+        return SimpleNamespace(info=SimpleNamespace(run_id=f"{i:02d}" + "f" * 30), data=SimpleNamespace(
+            tags={"bench.cell_key": key} if key else {}))
+
+    skipped = Skipped()
+    assert skipped.nothing_left("results") == "no finished cells in results (run 'bench run' or 'bench grid' first)"
+    for i in range(NAMED + 2):
+        skipped.leave_out("tagless", run(i))
+    skipped.leave_out("changed", run(99, key="a" * 40))
+    changed, tagless = skipped.runs_left_out()
+    assert tagless.startswith(f"{NAMED + 2} FINISHED run(s) lost their tags in the tracking database")
+    assert "run 00ffffffffff, run 01ffffffffff, run 02ffffffffff and 2 more ('bench runs' lists them)" in tagless
+    assert f"run 99ffffffffff (cell {'a' * 12})" in changed and skipped.unverified == NAMED + 3
+    line = skipped.nothing_left("results")
+    assert line.startswith("no finished cells in results that can be shown: ") and "\n" not in line
+    assert tagless in line and changed in line

@@ -96,3 +96,18 @@ def test_an_undefined_score_is_flagged_in_mlflow_and_results_of_another_schema_d
     old = tracker.log_cell(dataclasses.replace(_result("k4")), {}, {})
     tracker.client.set_tag(old, "bench.schema", "1")  # as written before scores could be undefined
     assert tracker.finished_runs("k4") == []
+
+
+def test_a_run_whose_tags_are_gone_says_so_not_that_it_is_old(results_dir):
+    from bench.storage.tracking.verify import TAGLESS, UNDIGESTED, UnverifiedResult
+
+    tracker = Tracker(results_dir)
+    run_id = tracker.log_cell(_result("k4"), {}, {})
+    tracker.client.delete_tag(run_id, "bench.result_sha256")
+    with pytest.raises(UnverifiedResult, match="logged before PrivBench recorded result digests") as old:
+        tracker.load_result(run_id)
+    for tag in list(tracker.client.get_run(run_id).data.tags):
+        tracker.client.delete_tag(run_id, tag)
+    with pytest.raises(UnverifiedResult, match="its tags are gone from the tracking database") as gone:
+        tracker.load_result(run_id)
+    assert (old.value.kind, gone.value.kind) == (UNDIGESTED, TAGLESS)

@@ -38,7 +38,7 @@ from bench.storage.tracking.relocate import check_moved
 from bench.storage.tracking.tables import log_tables
 from bench.storage.tracking.tags import EXPERIMENT, SUPERSEDED, TAG, counts_as_result  # noqa: F401  (re-exported)
 from bench.storage.tracking.uri import check_tracking_uri, tracking_uri  # noqa: F401  (re-exported)
-from bench.storage.tracking.verify import RESULT_DIGEST, UnverifiedResult, check_result, result_digest
+from bench.storage.tracking.verify import LOST, RESULT_DIGEST, UnverifiedResult, check_result, result_digest
 from bench.system import precision
 
 PROBE_TIMEOUT_S = "3"
@@ -379,7 +379,7 @@ class Tracker:
             except (MlflowException, OSError):
                 if RESULT_DIGEST in run.data.tags:  # it logged one: its artifacts were deleted since
                     raise UnverifiedResult(f"run {run_id}'s result.json is missing (its artifacts were deleted "
-                                           "after the run ended)") from None
+                                           "after the run ended)", LOST) from None
                 raise BenchError(f"run {run_id!r} has no result.json: not a PrivBench cell") from None
             data = Path(path).read_bytes()
             check_result(run, data)

@@ -4,8 +4,9 @@ Every command reaches MLflow through a :class:`~bench.storage.tracking.Tracker`,
 local sqlite store before MLflow opens it (:func:`check_database`) and guards every later
 call (:func:`guard`):
 
-- a database that is not SQLite, truncated (shorter than its header says) or malformed is
-  :class:`StoreDamaged`;
+- a database that is not SQLite, truncated (shorter than its header says) or malformed, or
+  that lacks a table of its runs (:data:`RUN_TABLES`: the tags dropped, which MLflow would
+  silently create again, empty), is :class:`StoreDamaged`;
 - a database that is empty (0 bytes, or no tables) where PrivBench created a store (the
   marker :func:`marker_path` it writes beside the database) or where runs' artifacts lie
   is :class:`StoreDamaged` too: MLflow would otherwise take it for a new store and every
@@ -28,6 +29,7 @@ from bench.errors import BenchError
 
 __all__ = [
     "NoResults",
+    "RUN_TABLES",
     "STORE_TIMEOUT_S",
     "StoreDamaged",
     "StoreLocked",
@@ -43,6 +45,9 @@ STORE_TIMEOUT_S = 60.0
 """Seconds a command waits for a tracking database another connection holds locked."""
 TIMEOUT_ENV = "BENCH_STORE_TIMEOUT"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+RUN_TABLES = {"experiments": "experiment record", "tags": "tags (cell keys, result digests)", "params": "parameters",
+              "metrics": "metric histories", "latest_metrics": "metrics"}
+"""Tables of an MLflow store that hold what its runs are (beside ``runs``), and what each holds."""
 _DAMAGE = ("malformed", "not a database", "no such table", "no such column", "unable to open", "disk i/o error",
            "file is encrypted")
 
@@ -137,7 +142,8 @@ def check_database(database: Path, results_dir: Path) -> bool:
     damage, not a new store.
 
     Raises:
-        StoreDamaged: Not SQLite, truncated, malformed, or emptied where runs were expected.
+        StoreDamaged: Not SQLite, truncated, malformed, missing a table of its runs (the tags
+            dropped), or emptied where runs were expected.
         StoreLocked: Another connection kept it locked for :func:`store_timeout` seconds.
     """
     where = str(database)
@@ -157,6 +163,12 @@ def check_database(database: Path, results_dir: Path) -> bool:
                 db.close()
         except sqlite3.Error as exc:
             raise translated(exc, where, timeout) from None
+    lost = [name for name in RUN_TABLES if name not in tables] if "runs" in tables else []
+    if lost:  # MLflow would create them again, empty: every run would silently lose what they held
+        raise StoreDamaged(where, f"its {', '.join(lost)} table{'s are' if len(lost) > 1 else ' is'} missing "
+                                  f"(dropped?): what it held, the runs' {', '.join(RUN_TABLES[name] for name in lost)}, "
+                                  "is gone; "
+                                  "restore it from a backup, or move the results directory away to start a new one")
     if tables:
         return False
     runs = runs_in_artifacts(results_dir)

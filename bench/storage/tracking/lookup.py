@@ -118,3 +118,38 @@ def utility_metric(tags: dict[str, str], metrics: dict[str, float]) -> str | Non
 
 def _quoted(value: str) -> str:
     return value.replace("'", "\\'")
+
+
+def tagless_runs(tracker: RunStore, identity: dict[str, Any], cell_key: str) -> list[str]:
+    """Returns the FINISHED runs of a cell whose tags are gone from the tracking database, oldest first.
+
+    Such a run has no ``bench.cell_key`` tag, so the cell's lookup misses it; its params
+    (task, mechanism, seed, profile: :meth:`~bench.storage.tracking.Tracker.start_cell` logs
+    them) narrow the search and its result.json's cell key says it is this cell's. It cannot be
+    verified (no result digest either): the caller computes the cell again and supersedes it.
+
+    Args:
+        tracker: The store.
+        identity: ``task``, ``mechanism``, ``seed`` and ``profile`` of the cell.
+        cell_key: The cell's key.
+    """
+    import json
+    import tempfile
+
+    from mlflow.exceptions import MlflowException
+
+    filters = " and ".join([*(f"params.{name} = '{_quoted(str(identity[name]))}'"
+                              for name in ("task", "mechanism", "seed", "profile")), "attributes.status = 'FINISHED'"])
+    found = []
+    for run in search(tracker, filters, order=False):
+        if "bench.cell_key" in run.data.tags or SUPERSEDED in run.data.tags:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                with open(tracker.client.download_artifacts(run.info.run_id, "result.json", tmp), "rb") as f:
+                    logged = json.loads(f.read()).get("cell_key")
+            except (MlflowException, OSError, ValueError, AttributeError):  # no result.json, or not one
+                continue
+        if logged == cell_key:
+            found.append((run.info.start_time, run.info.run_id))
+    return [run_id for _, run_id in sorted(found)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlparse
 
 from bench.errors import BenchError
 
@@ -35,11 +36,15 @@ def check_tracking_uri(uri: str, results_dir: Path, flag: str = "--tracking-uri"
 
     Raises:
         BenchError: An in-memory sqlite URI, a database that is a folder, a name over 255
-            bytes, or a database in a missing folder.
+            bytes, a database in a missing folder, or a scheme MLflow has no store for.
     """
     from bench.storage.folders import check_path_name
 
     if not uri.startswith("sqlite:"):
+        scheme = urlparse(uri).scheme.split("+")[0].lower()
+        if len(scheme) > 1 and scheme not in tracking_schemes():  # one letter: a Windows drive, a path
+            raise BenchError(f"{flag} {uri}: unsupported scheme {scheme!r}; give sqlite:///PATH/mlflow.db, "
+                             "http(s)://HOST:PORT (a tracking server), postgresql://..., mysql://... or file:PATH")
         return uri
     path, _, query = uri[len("sqlite:///"):].partition("?") if uri.startswith("sqlite:///") else ("", "", "")
     if path in ("", ":memory:") or "mode=memory" in query:
@@ -54,3 +59,14 @@ def check_tracking_uri(uri: str, results_dir: Path, flag: str = "--tracking-uri"
         raise BenchError(f"{flag} {uri}: no folder {folder} for the database (create it first; only --results-dir "
                          "is created for you)")
     return uri
+
+
+MLFLOW_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc")
+"""The URI schemes MLflow opens a tracking store for (``mlflow.tracking._tracking_service.utils``)."""
+
+
+def tracking_schemes() -> set[str]:
+    """Returns the schemes a tracking URI may have: MLflow's own and those of installed store plugins."""
+    from importlib.metadata import entry_points
+
+    return {*MLFLOW_SCHEMES, *(point.name for point in entry_points(group="mlflow.tracking_store"))}
