@@ -52,7 +52,8 @@ def check_storage(url: str | None, results_dir: Path) -> Path | None:
 
     Raises:
         BenchError: Neither an RDB URL nor a journal; an RDB URL whose scheme SQLAlchemy
-            does not know or whose Python driver is not installed; a journal that is a
+            does not know or whose Python driver is not installed; an in-memory SQLite
+            database (``sqlite://``; its tables exist for one connection); a journal that is a
             folder or a file other than an Optuna journal.
     """
     path = journal_path(url, results_dir)
@@ -84,6 +85,10 @@ def _check_rdb_url(url: str) -> None:
     except ArgumentError:
         scheme = url.partition("://")[0]
         raise BenchError(f"--storage {_shown(url)!r}: unsupported scheme {scheme!r}; {SUPPORTED}") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise BenchError(f"--storage {_shown(url)!r}: an in-memory SQLite database is private to one connection, "
+                         "so the trials' heartbeat and any other worker cannot see the study; use a file: "
+                         "sqlite:///F.db")
     try:
         dialect.import_dbapi()
     except ImportError as exc:

@@ -32,6 +32,8 @@ def bad_storages(tmp_path: Path) -> dict[str, tuple[str, str]]:
         "not a database": (f"sqlite:///{tmp_path / 'not-a-db.db'}",
                            "cannot open the database (file is not a database)"),
         "no folder": (f"sqlite:///{tmp_path / 'missing' / 'x.db'}", "cannot open the database"),
+        "in memory": ("sqlite://", "an in-memory SQLite database is private to one connection"),
+        "in memory, named": ("sqlite:///:memory:", "an in-memory SQLite database is private to one connection"),
         "folder journal": (f"journal:{tmp_path / 'folder'}", "is a folder"),
         "json object": (f"journal:{tmp_path / 'object.json'}", "is not an Optuna journal"),
         "pretty json": (f"journal:{tmp_path / 'pretty.json'}", "is not an Optuna journal"),
