@@ -46,7 +46,8 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("case", ["unknown scheme", "redis", "unknown driver", "not a database", "no folder",
-                                  "folder journal", "json object", "pretty json", "one-line text"])
+                                  "in memory", "in memory, named", "folder journal", "json object", "pretty json",
+                                  "one-line text"])
 def test_a_storage_that_cannot_be_used_is_refused_without_writing_to_it(tmp_path, case):
     url, fragment = bad_storages(tmp_path)[case]
     before = snapshot(tmp_path)
