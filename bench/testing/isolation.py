@@ -213,7 +213,13 @@ class Sandbox:
         for base in [self.home] + ([self.tmp] if self.tmp is not None else []):
             if path.startswith(str(base)):
                 rest = path[len(str(base)):]
-                return ("~" + rest) if base == self.home else ("/tmp" + rest)
+                if base == self.home:
+                    return "~" + rest
+                inside = "/tmp" + rest
+                for home in self.homes:  # a home that lives under /tmp is watched in the sandbox's own /tmp
+                    if inside == home or inside.startswith(home.rstrip("/") + "/"):
+                        return "~" + inside[len(home.rstrip("/")):]
+                return inside
         return path
 
     def _leftovers(self) -> list[str]:
