@@ -228,9 +228,6 @@ def _plan_setting(config: RunConfig, task_cls: type[Task]) -> tuple[Task, dict[s
     bounds.check_cell(task, attacks, shape, device, config.overrides)
     task.check_data(shape, config.split)
     task.check_other_data(config.data_root, config.split)
-    cropped = face_crop_attacks(task_cls)
-    for name, attack in attacks.items():
-        attack.check_data(None if name in cropped else shape, config.split)
     if config.attacks is None:
         left_out = unlabelled_defaults(task, attacks, shape)
         if left_out:
@@ -238,6 +235,9 @@ def _plan_setting(config: RunConfig, task_cls: type[Task]) -> tuple[Task, dict[s
             attack_names = tuple(attacks)
             warn(f"left out {', '.join(left_out)}: {next(iter(left_out.values()))}; privacy comes from "
                  f"{', '.join(attacks)} (name adversaries with --attacks to change it)")
+    cropped = face_crop_attacks(task_cls)
+    for name, attack in attacks.items():
+        attack.check_data(None if name in cropped else shape, config.split)
     check_attributes(task, attacks, shape)
     options: dict[str, Any] = {"overrides": config.overrides, "attacks": list(attack_names),
                                "protocol": protocol_key(task, attacks)}
