@@ -228,17 +228,17 @@ def _plan_setting(config: RunConfig, task_cls: type[Task]) -> tuple[Task, dict[s
     bounds.check_cell(task, attacks, shape, device, config.overrides)
     task.check_data(shape, config.split)
     task.check_other_data(config.data_root, config.split)
-    if config.attacks is None:
-        left_out = unlabelled_defaults(task, attacks, shape)
-        if left_out:
-            attacks = {name: a for name, a in attacks.items() if name not in left_out}
-            attack_names = tuple(attacks)
-            warn(f"left out {', '.join(left_out)}: {next(iter(left_out.values()))}; privacy comes from "
-                 f"{', '.join(attacks)} (name adversaries with --attacks to change it)")
+    left_out = unlabelled_defaults(task, attacks, shape) if config.attacks is None else {}
+    if left_out:
+        attacks = {name: a for name, a in attacks.items() if name not in left_out}
+        attack_names = tuple(attacks)
     cropped = face_crop_attacks(task_cls)
     for name, attack in attacks.items():
         attack.check_data(None if name in cropped else shape, config.split)
     check_attributes(task, attacks, shape)
+    if left_out:  # said once every check has passed: a refused cell ends in its one error line
+        warn(f"left out {', '.join(left_out)}: {next(iter(left_out.values()))}; privacy comes from "
+             f"{', '.join(attacks)} (name adversaries with --attacks to change it)")
     options: dict[str, Any] = {"overrides": config.overrides, "attacks": list(attack_names),
                                "protocol": protocol_key(task, attacks)}
     if config.split != "test":
