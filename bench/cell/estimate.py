@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from bench.core.config import flatten
 from bench.errors import BenchError
 
 BOUND_S = 24 * 3600.0
@@ -147,22 +148,11 @@ def about(seconds: float) -> str:
     return f"{years:,.0f} years" if years < 1e6 else f"{years:.1e} years"
 
 
-def flat(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """Flattens nested settings into ``prefix + a.b`` keys (as they are logged)."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, Mapping):
-            out.update(flat(f"{prefix}{key}.", value))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def cell_settings(task: Any, attacks: Mapping[str, Any]) -> dict[str, Any]:
     """Returns a planned cell's resolved task and adversary settings, flat (``task.epochs``, ``attack.X.epochs``)."""
-    settings = flat("task.", dict(task.config_dict() or {}))
+    settings = flatten("task.", dict(task.config_dict() or {}))
     for name, attack in attacks.items():
-        settings.update(flat(f"attack.{name}.", dict(attack.config_dict() or {})))
+        settings.update(flatten(f"attack.{name}.", dict(attack.config_dict() or {})))
     return settings
 
 

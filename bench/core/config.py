@@ -22,6 +22,17 @@ PROFILES = ("smoke", "quick", "paper")
 C = TypeVar("C")
 
 
+def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Flattens nested settings into ``prefix + a.b.c`` keys (as cells log and estimate them)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(f"{prefix}{key}.", value))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def load_preset(package: str, name: str, profile: str, owner: str = "") -> dict[str, Any]:
     """Returns a preset's ``defaults`` merged with one profile's section.
 

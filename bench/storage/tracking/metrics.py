@@ -11,21 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping, Sequence
 
+from bench.core.config import flatten
 from bench.core.result import Result
 
 BATCH = 1000
 """Most metrics MLflow takes in one ``log_batch``."""
-
-
-def flatten(prefix: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """Flattens nested dicts into ``prefix + a.b.c`` keys."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, Mapping):
-            out.update(flatten(f"{prefix}{key}.", value))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def result_metrics(result: Result) -> dict[str, float]:
