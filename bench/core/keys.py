@@ -33,7 +33,8 @@ def cell_key(
     return content_key(*parts)
 
 
-_SHIPPED = tuple(str(Path(__file__).resolve().parents[2] / top) + os.sep for top in ("bench", "mechanisms"))
+_SHIPPED_PACKAGES = ("bench", "mechanisms")
+_SHIPPED = tuple(str(Path(__file__).resolve().parents[2] / top) + os.sep for top in _SHIPPED_PACKAGES)
 """Folders of the mechanisms shipped with PrivBench: their ``version`` keys their code."""
 
 
@@ -48,6 +49,11 @@ def source_digest(mechanism: type) -> str:
     keeps that code's edits to its ``version``.
     """
     source = getattr(mechanism, "isolated_source", None)
+    if source is None and str(mechanism.__module__).split(".")[0] in _SHIPPED_PACKAGES:
+        from bench.core.registry import is_file_module
+
+        if not is_file_module(mechanism.__module__):  # wherever the package was installed or shipped (Ray)
+            return ""
     if source is None:
         try:
             source = inspect.getsourcefile(mechanism)
