@@ -243,7 +243,9 @@ def connect(ray: Any, address: str | None, num_cpus: int, num_gpus: int, verbose
         if address:
             ray.init(address=address, **options)
         else:
-            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, object_store_memory=128 * 1024**2, **options)
+            # "local": a new local Ray even where another one runs (Ray would join that one and refuse num_cpus)
+            ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, object_store_memory=128 * 1024**2,
+                     **options)
     except Exception as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         raise BenchError(f"cannot start or reach {where} with the shipped code: {_first_line(exc)}") from None

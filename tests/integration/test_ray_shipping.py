@@ -273,3 +273,14 @@ def test_an_address_where_no_cluster_answers_is_one_line_at_once():
         raycluster.connect(None, f"127.0.0.1:{port}", 1, 0, False, None)  # never reaches Ray
     assert time.monotonic() - started < 10
 
+
+
+def test_a_grid_without_an_address_starts_its_own_ray_beside_a_running_cluster(capsys, tmp_path, shared_cache,
+                                                                              cluster):
+    # Ray would join the running cluster (it finds it in /tmp/ray) and refuse the grid's num_cpus.
+    results = tmp_path / "results"
+    code = main(grid_argv(results, shared_cache, "identity", "--attacks", "none", "--workers", "1", *CHEAP_TASK))
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    assert summary_counts(out)["done"] == 1
+    assert "1 node(s) see the cache" in err  # its own local Ray, not the cluster's two nodes
