@@ -6,7 +6,7 @@ a reference cell of its kind, scaled by the ratio of every work setting to the r
 mechanism parameter its :class:`~bench.core.params.Param` declares ``cost="linear"``).
 The reference is this machine's own earlier cells of the task and profile when the
 tracking store holds any (:mod:`bench.cell.estimate_store`), else the median stage times
-of the shipped baselines' cells (:data:`REFERENCES`, on the CPU each names), so an
+of the shipped baselines' cells (:mod:`bench.cell.estimate_shipped`, on the CPU they ran on), so an
 estimate costs no computation. Settings given by the user (``--set``, ``--param``) that
 raise the estimate beyond :data:`BOUND_S` are refused in the plan, in one line naming
 them, unless ``--allow-long`` is given; a profile's own preset is never refused.
@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from bench.cell.estimate_shipped import Reference, shipped_references
 from bench.core.config import flatten
 from bench.errors import BenchError
 
@@ -46,46 +47,11 @@ FAMILY = {"epochs": "trainings", "adapt_epochs": "trainings", "denoiser_epochs":
 """Settings that each scale one part of a stage (the noisy model's training or the denoiser's; training, validation
 or test episodes): a stage scales by the mean of their factors, not their product."""
 
-XEON = "Intel(R) Xeon(R) Processor @ 2.50GHz (1 thread)"
-EPYC = "AMD EPYC (1 thread)"
 HERE = "AMD EPYC (AVX-512, 2 threads, shared with other jobs)"
 SMOKE = "reference"
 
 
-@dataclass(frozen=True)
-class Reference:
-    """Median stage seconds of the shipped baselines' cells of one benchmark at one profile.
-
-    Attributes:
-        stages: Stage -> median seconds (``release`` apart: it depends on the mechanism).
-        release: Mechanism -> median release seconds at its default parameters.
-        cpu: The CPU they were measured on.
-        where: Which cells they are.
-    """
-
-    stages: Mapping[str, float]
-    release: Mapping[str, float]
-    cpu: str
-    where: str = "shipped baselines'"
-
-
-REFERENCES: dict[tuple[str, str], Reference] = {
-    ("fewshot_synth_faces", "quick"): Reference(
-        {"data": 0.05, "task": 92.1, "attack.denoise": 17.3, "attack.face_reid": 1.0,
-         "attack.face_reid_adapted": 17.8},
-        {"blur": 1.7, "dp_latent": 28.4, "dp_pix": 0.6, "face_blur": 2.3, "face_overlay": 0.2,
-         "gaussian_noise": 1.6, "identity": 0.2, "image_dp": 1.0, "pixelate": 0.4}, XEON),
-    ("reid_synth_persons", "quick"): Reference(
-        {"data": 0.05, "task": 226.8, "attack.attribute_inference": 35.4, "attack.denoise": 22.1},
-        {"blur": 0.8, "dp_latent": 94.2, "dp_pix": 0.3, "gaussian_noise": 0.6, "identity": 0.7, "image_dp": 0.5,
-         "pixelate": 0.1}, EPYC),
-    ("classify_synth_scenes_obf_obf", "quick"): Reference(
-        {"data": 0.8, "task": 197.0, "attack.denoise": 7.5, "attack.face_detect": 14.3, "attack.face_reid": 2.3,
-         "attack.face_reid_adapted": 6.5},
-        {"blur": 6.0, "dp_latent": 261.1, "dp_pix": 1.9, "face_blur": 1.8, "face_overlay": 0.6,
-         "gaussian_noise": 5.3, "identity": 0.6, "image_dp": 5.3, "pixelate": 0.8}, XEON),
-    ("dp_vit_synth_objects", "quick"): Reference(
-        {"data": 0.02, "task": 111.5, "attack.membership": 225.6}, {"identity": 0.02}, XEON),
+SMOKE_REFERENCES: dict[tuple[str, str], Reference] = {
     ("fewshot_synth_faces", "smoke"): Reference(
         {"data": 0.1, "task": 2.9, "attack.denoise": 6.9, "attack.face_reid": 0.8, "attack.face_reid_adapted": 1.7},
         {"pixelate": 0.1, "dp_latent": 149.0}, HERE, SMOKE),
@@ -98,9 +64,9 @@ REFERENCES: dict[tuple[str, str], Reference] = {
     ("dp_vit_synth_objects", "smoke"): Reference(
         {"data": 0.2, "task": 4.2, "attack.membership": 5.1}, {"identity": 0.02}, HERE, SMOKE),
 }
-"""Measured: at quick, the median ``stage_seconds`` of the cells in ``leaderboard/entries/*.json``; at smoke, one
-pixelate (or identity) and one dp_latent cell of each benchmark, the smaller of their two times for each stage but
-the release (a first cell also trains the clean models that later cells find in the cache)."""
+"""At smoke (no shipped board): one pixelate (or identity) and one dp_latent cell of each benchmark, the smaller of
+their two times for each stage but the release (a first cell also trains the clean models that later cells find in
+the cache). Every other profile's reference is worked out from the shipped cells (:func:`reference`)."""
 
 UNKNOWN_STAGE_S = 60.0
 """Seconds assumed for an adversary that the reference cells did not run."""
@@ -130,6 +96,12 @@ class Estimate:
     given_factor: float = 1.0
     source: str = ""
     lower: bool = False
+
+
+def reference(task_name: str, profile: str) -> Reference | None:
+    """Returns the reference cells' stage times of a benchmark at a profile: the shipped baselines' cells, else the
+    smoke table (:data:`SMOKE_REFERENCES`), else None."""
+    return shipped_references().get((task_name, profile)) or SMOKE_REFERENCES.get((task_name, profile))
 
 
 def about(seconds: float) -> str:
@@ -255,7 +227,7 @@ def estimate_settings(task_name: str, profile: str, attack_names: tuple[str, ...
         overrides: The ``--set`` settings, to name those the user gave.
         shown: Mechanism parameter -> how to name it, for those the user gave.
     """
-    ref = REFERENCES.get((task_name, profile))
+    ref = reference(task_name, profile)
     if ref is None:
         stages = {"cell": FLOOR_S}
         source = f"from {FLOOR_S:.0f} s, the least a cell takes: no {task_name} cell at {profile} has been timed"
