@@ -28,7 +28,7 @@ below its ceiling.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -42,6 +42,11 @@ from bench.storage.cache import warn
 
 EXACT_SIMULATIONS = 20
 """Simulations of an exact implementation of the plan behind ``audit.epsilon_exact`` (median, 5-95% range)."""
+
+
+def model_view(task: Any) -> Callable[[ImageSet], ImageSet]:
+    """Returns the task's map from stored images to its models' inputs (``model_inputs``; none: as stored)."""
+    return getattr(task, "model_inputs", None) or (lambda images: images)
 
 
 def canary_set(population: ImageSet, count: int, classes: int, seed: int) -> tuple[ImageSet, np.ndarray]:
@@ -162,13 +167,13 @@ def audit_metrics(task: Any, clean: Splits, released: Release, private: bool, cl
     for suffix, data, key, dp in runs:
         canaries, coins = canary_set(data["population"], count, classes, ctx.seed)
         train = data["train"]
-        union = ImageSet(images=torch.cat([train.images[:], canaries.images]),
-                         labels=torch.cat([train.labels.long(), canaries.labels]))
+        union = model_view(task)(ImageSet(images=torch.cat([train.images[:], canaries.images]),
+                                          labels=torch.cat([train.labels.long(), canaries.labels])))
         index = torch.cat([torch.arange(len(train)), len(train) + torch.from_numpy(np.flatnonzero(coins))])
         ctx.log(f"membership: one-run audit, {int(coins.sum())} of {count} canaries included "
                 f"({'the cell' if dp else 'non-private'})")
         model = task.reference_classifiers(union, f"{key}|canaries|{count}", dp, [index], classes, ctx)[0]
-        scores = -model.losses(canaries.images, canaries.labels).cpu().numpy()
+        scores = -model.losses(union.images[len(train):], canaries.labels).cpu().numpy()
         got = one_run_audit(scores, coins, delta, beta=1.0 - cfg.confidence)
         out.update({f"audit.{k}{suffix}": v for k, v in got.items()})
     return out

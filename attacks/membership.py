@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from attacks._membership_audit import model_view
 from bench.core.config import setting
 from bench.core.interfaces import Attack, AttackOutcome, Release, RunContext
 from bench.core.registry import register_attack
@@ -315,14 +316,17 @@ class Game:
         cfg, online = self.cfg, self.cfg.lira == "online"
         inside, outside = data["train"].subset(self.members), data[self.split].subset(self.nonmembers)
         pool = data["population"].subset(self.pool)
-        union = concat([pool, inside, outside])
+        view = model_view(task)
+        union = view(concat([pool, inside, outside]))  # resized once: every model sees the target's inputs
+        inside = union.subset(torch.arange(len(pool), len(pool) + len(inside)))
+        outside = union.subset(torch.arange(len(pool) + len(inside), len(union)))
         keep = self.keep(len(pool))
         trained_on = [self.pool, self.members, self.nonmembers] if online else [self.pool]
         digest = hashlib.sha256(torch.cat(trained_on).numpy().tobytes()).hexdigest()[:16]
         subsets = [torch.from_numpy(np.flatnonzero(keep[:, k])) for k in range(cfg.references)]
         refs = task.reference_classifiers(union, f"{data_key}|{cfg.lira}|paired|{digest}", private, subsets,
                                           classes, ctx)
-        z = data["population"].subset(self.z)
+        z = view(data["population"].subset(self.z))
         cand = slice(len(pool), len(union))
         t_p, t_phi = label_outputs(target, union.subset(torch.arange(len(pool), len(union))))
         tz_p, _ = label_outputs(target, z)

@@ -12,6 +12,12 @@ release) and the training's, about one *training record* (one image; a person wi
 images is covered only by group privacy). ``per_layer_median`` computes its threshold from
 private gradients, so its ε is nominal and shown as unbacked.
 
+The release keeps the stored images' size (a folder of your own is stored at its own size);
+every model sees them resized once to its square input, ``task.model.image_size``
+(:func:`bench.nn.vit.vit_inputs`; unset: the loader's ``size``, 32 for synthetic objects and
+CIFAR-10): the target, the non-private reference, and the adversary's reference and canary
+models alike (:meth:`DpVit.model_inputs`).
+
 Models (the target, the non-private reference on clean images, the adversary's reference
 models) are cached by their data, method, schedule and seed, so every mechanism shares the
 non-private one and every cell of one training configuration shares its reference models.
@@ -24,29 +30,29 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from bench.core.config import setting
 from bench.core.interfaces import PrivacyClaim, Release, RunContext, Task
 from bench.core.keys import content_key
 from bench.core.params import Param, ParamSpace
 from bench.data.base import DataShape, ImageSet, Splits
 from bench.errors import BenchError
-from bench.nn.vit import build_vit
+from bench.nn.vit import build_vit, vit_inputs
 from bench.privacy.dpsgd.accounting import CrossCheck
 from bench.privacy.dpsgd.canaries import GradientCanaries
 from bench.privacy.dpsgd.canary_scores import CanaryGeometry
-from bench.privacy.dpsgd.method import Schedule, TrainingMethod, accounting_facts
+from bench.privacy.dpsgd.method import TrainingMethod, accounting_facts
 from bench.privacy.dpsgd.train import per_example_loss, predict_proba, train_private
 from bench.randomness.seeding import derive_seed
 from bench.storage.cache import Cache
 from bench.storage.modelcache import cached_model
 from tasks.class_metrics import class_count, topk_accuracy
+from tasks.dp_vit_config import DpVitConfig, model_settings, model_side
 
 MODEL_VERSION = 1
 CANARY_VERSION = 3
@@ -58,43 +64,6 @@ GROUP_NOTE = ("a training record is one image: a person with k images in the tra
               "only by group privacy (about k times epsilon)")
 
 
-@dataclass(frozen=True)
-class VitSettings:
-    """The ViT (torchvision ``VisionTransformer``, no pretrained weights).
-
-    Attributes:
-        patch_size: Patch side in pixels (divides the image side).
-        depth: Encoder blocks.
-        width: Hidden dimension (divisible by ``heads``).
-        heads: Attention heads.
-        mlp_dim: Hidden units of each block's MLP.
-    """
-
-    patch_size: int = setting(4, low=1)
-    depth: int = setting(4, low=1)
-    width: int = setting(64, low=4)
-    heads: int = setting(4, low=1)
-    mlp_dim: int = setting(128, low=1)
-
-
-@dataclass(frozen=True)
-class DpVitConfig:
-    """Settings of one dp_vit profile (``tasks/presets/dp_vit_*.yaml``).
-
-    Attributes:
-        data: Loader options of the dataset.
-        model: The ViT.
-        training: The training method (DP-SGD's clipping, target epsilon, delta, fusion,
-            model selection); it names the board entry.
-        schedule: Epochs, expected batch size, learning rate and optimiser.
-    """
-
-    data: dict = field(default_factory=dict)
-    model: VitSettings = field(default_factory=VitSettings)
-    training: TrainingMethod = field(default_factory=TrainingMethod)
-    schedule: Schedule = field(default_factory=lambda: Schedule(epochs=10, batch_size=256, lr=1e-3))
-
-
 @dataclass
 class Classifier:
     """A trained classifier (one model, or two fused by Eqs. 14-17) with its training facts.
@@ -103,19 +72,21 @@ class Classifier:
         models: The trained models (eval mode).
         report: Training facts (noise multiplier, steps, epsilon, per-epoch loss, ...).
         device: Where the models run.
+        side: The models' input side: stored images are resized to it (:func:`bench.nn.vit.vit_inputs`).
     """
 
     models: list[nn.Module]
     report: dict[str, Any]
     device: torch.device
+    side: int
 
     def probs(self, images: torch.Tensor) -> torch.Tensor:
         """Returns class probabilities [N, classes] of uint8 images (fused when two models)."""
-        return predict_proba(self.models, images, device=self.device)
+        return predict_proba(self.models, vit_inputs(images, self.side), device=self.device)
 
     def losses(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Returns the per-example cross-entropy [N] of uint8 images."""
-        return per_example_loss(self.models, images, labels, device=self.device)
+        return per_example_loss(self.models, vit_inputs(images, self.side), labels, device=self.device)
 
 
 class _Members(nn.Module):
@@ -162,8 +133,22 @@ class DpVit(Task):
         return dict(self.config.data)
 
     def config_dict(self) -> dict[str, Any]:
-        """Returns the resolved configuration."""
-        return asdict(self.config)
+        """Returns the resolved configuration (``model.image_size`` only where set, so boards keep their keys)."""
+        return {**asdict(self.config), "model": model_settings(self.config.model)}
+
+    def input_size(self) -> tuple[int, int]:
+        """Returns the ViT's input (``model.image_size``, square)."""
+        side = model_side(self.config, self.owner)
+        return (side, side)
+
+    def model_inputs(self, images: ImageSet) -> ImageSet:
+        """Returns ``images`` (labels kept) resized to the ViT's input: what every model of the cell sees.
+
+        The target, the non-private reference and the adversary's reference and canary
+        models all take their images through this one resize, so they see the same inputs.
+        """
+        resized = vit_inputs(images.images, model_side(self.config, self.owner))
+        return images if resized is images.images else ImageSet(images=resized, labels=images.labels)
 
     def entry_label(self) -> str:
         """Returns the training method's label (``DP-SGD(flat, ε=3)``)."""
@@ -191,7 +176,7 @@ class DpVit(Task):
         if eval_split == "val" and self.config.training.selection == "private_val":
             raise BenchError(f"task {self.name!r}: task.training.selection=private_val selects on the validation "
                              "split a tuning cell reports; tune with selection fixed")
-        _check_vit(self._image_size(), **self._model_kwargs(2))  # patch / heads, before any work
+        _check_vit(model_side(self.config, self.owner), **self._model_kwargs(2))  # patch / heads, before any work
 
     def training_claim(self, clean: Splits) -> PrivacyClaim | None:
         """Returns DP-SGD's claim for one training record at the run's delta (None when non-private).
@@ -293,16 +278,16 @@ class DpVit(Task):
         """
         coins = np.asarray(included, dtype=bool)
         method = replace(self.config.training, selection="fixed") if private else self.nonprivate_method()
-        size = int(train.images.shape[-1])
+        size = model_side(self.config, self.owner)
         key = content_key("dp_vit-gradient-canaries", CANARY_VERSION, MODEL_VERSION, data_key,
-                          asdict(self.config.model), asdict(method), asdict(self.config.schedule), ctx.seed,
+                          model_settings(self.config.model), asdict(method), asdict(self.config.schedule), ctx.seed,
                           classes, size, hashlib.sha256(coins.tobytes()).hexdigest(), float(delta) if private else 0.0)
 
         def run() -> dict[str, Any]:
-            canaries = GradientCanaries(coins, ctx.seed)
-            trained = train_private(lambda: build_vit(size, **self._model_kwargs(classes)), train.images,
-                                    train.labels, method, self.config.schedule, ctx.seed, ctx.device,
-                                    progress=ctx.progress, canaries=canaries)
+            canaries = GradientCanaries(coins, ctx.seed)  # its records take the shape of the model's inputs
+            trained = train_private(lambda: build_vit(size, **self._model_kwargs(classes)),
+                                    vit_inputs(train.images, size), train.labels, method, self.config.schedule,
+                                    ctx.seed, ctx.device, progress=ctx.progress, canaries=canaries)
             sigma = float(trained.report.get("noise_multiplier", 0.0) or 0.0)
             rate = float(trained.report.get("sample_rate", 0.0) or 0.0)
             geometry = canaries.geometry
@@ -333,20 +318,21 @@ class DpVit(Task):
     def _trained(self, train: ImageSet, data_key: tuple, method: TrainingMethod, classes: int, ctx: RunContext,
                  val: ImageSet | None = None, seed: int | None = None) -> Classifier:
         seed = ctx.seed if seed is None else seed
-        size = int(train.images.shape[-1])
+        size = model_side(self.config, self.owner)
         count = 2 if method.fusion else 1
         method.validate(len(train))
         if method.selection == "private_val" and val is None:
             raise BenchError(f"task {self.name!r}: task.training.selection=private_val needs a val split")
-        key_parts = ("dp_vit", MODEL_VERSION, data_key, asdict(self.config.model), asdict(method),
+        key_parts = ("dp_vit", MODEL_VERSION, data_key, model_settings(self.config.model), asdict(method),
                      asdict(self.config.schedule), seed, classes, size)
 
         def build() -> nn.Module:
             return _Members([build_vit(size, **self._model_kwargs(classes)) for _ in range(count)])
 
         def train_into(members: nn.Module) -> dict[str, Any]:
-            validation = None if method.selection != "private_val" else (val.images, val.labels)
-            trained = train_private(lambda: build_vit(size, **self._model_kwargs(classes)), train.images, train.labels,
+            validation = None if method.selection != "private_val" else (vit_inputs(val.images, size), val.labels)
+            trained = train_private(lambda: build_vit(size, **self._model_kwargs(classes)),
+                                    vit_inputs(train.images, size), train.labels,
                                     method, self.config.schedule, seed, ctx.device, val=validation,
                                     progress=ctx.progress)
             for slot, model in zip(members.members, trained.models):
@@ -357,7 +343,7 @@ class DpVit(Task):
         name = "reference" if not method.private else f"eps_{method.dp_epsilon:g}"
         members, report = cached_model(ctx.cache_dir, key_parts, build, train_into, ctx.log, name=f"dp_vit.{name}")
         members = members.to(ctx.device).eval()
-        return Classifier(list(members.members), report, ctx.device)
+        return Classifier(list(members.members), report, ctx.device, size)
 
     def _accounting(self, n_train: int) -> dict[str, Any]:
         """The claim's facts for N records, computed once per task (a PRV evaluation takes seconds)."""
@@ -365,21 +351,6 @@ class DpVit(Task):
         if n_train not in memo:
             memo[n_train] = accounting_facts(self.config.training, self.config.schedule, n_train)
         return memo[n_train]
-
-    def _image_size(self) -> int:
-        """The stored side the ViT is built for (the loaders' ``size`` option; 32 when they have none).
-
-        Raises:
-            BenchError: A size that is not one side (the ViT takes square images).
-        """
-        size = self.config.data.get("size", 32)
-        if isinstance(size, str):
-            size = [p for p in size.replace("x", ",").split(",") if p.strip()]
-        sides = {str(v).strip() for v in size} if isinstance(size, (list, tuple)) else {str(size).strip()}
-        if len(sides) != 1 or not next(iter(sides)).isdigit():
-            raise BenchError(f"task {self.name!r}: the ViT takes square images; set task.data.size to one side, "
-                             f"got {size!r}")
-        return int(next(iter(sides)))
 
     def _model_kwargs(self, classes: int) -> dict[str, Any]:
         m = self.config.model

@@ -8,10 +8,16 @@ parameter-free module that takes uint8 images, so callers never normalise.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from bench.errors import BenchError
+from bench.nn.images import to_input
+
+MAX_SIDE = 512
+"""Largest side of the ViT's square input (``task.model.image_size``)."""
 
 
 class Uint8ViT(nn.Module):
@@ -80,3 +86,26 @@ def build_vit(image_size: int, patch_size: int, depth: int, width: int, heads: i
                             hidden_dim=width, mlp_dim=mlp_dim, dropout=0.0, attention_dropout=0.0,
                             num_classes=classes)
     return Uint8ViT(ModuleValidator.fix(vit))
+
+
+def vit_inputs(images: Any, side: int, batch: int = 256) -> Any:
+    """Returns uint8 images [N, C, side, side]: the stored images resized to the ViT's input.
+
+    The resize is the one every task's network input goes through
+    (:func:`bench.nn.images.to_input`: bilinear with antialiasing, non-square images
+    stretched), rounded back to uint8, in chunks of ``batch`` to bound the float copy.
+    Images already at ``side`` are returned as they are, so it is safe to apply twice.
+
+    Args:
+        images: uint8 images [N, C, H, W]: a tensor or disk-backed images that slice to tensors.
+        side: The ViT's input side.
+        batch: Images converted at once.
+    """
+    if tuple(images.shape[-2:]) == (side, side):
+        return images
+    out = torch.empty((len(images), int(images.shape[1]), side, side), dtype=torch.uint8)
+    cpu = torch.device("cpu")
+    for start in range(0, len(images), batch):
+        x = to_input(torch.as_tensor(images[start:start + batch]), side, cpu)
+        out[start:start + len(x)] = x.add_(1.0).mul_(127.5).round_().clamp_(0, 255).to(torch.uint8)
+    return out

@@ -218,7 +218,8 @@ def fewshot_needs(cfg: Any, shape: Mapping[str, Any] | None) -> list[Need]:
 def vit_needs(cfg: Any, options: Mapping[str, Any]) -> list[Need]:
     """A ViT trained with DP-SGD: its weights (with per-example gradients of a batch) and one step's activations."""
     m = cfg.model
-    side = (_sides(options.get("size")) or (32, 32))[0]
+    given = getattr(m, "image_size", None)  # the ViT's input side; unset: the stored side (the size option, 32)
+    side = (_sides(given) or _sides(options.get("size")) or (32, 32))[0]
     tokens = (side // max(1, m.patch_size)) ** 2 + 1
     weights = m.depth * (4 * m.width ** 2 + 2 * m.width * m.mlp_dim) + 3 * m.patch_size ** 2 * m.width
     batch = cfg.schedule.batch_size
@@ -228,7 +229,8 @@ def vit_needs(cfg: Any, options: Mapping[str, Any]) -> list[Need]:
                  ("task.schedule.batch_size", *names), host=False),
             Need(f"one step's activations ({batch:,} x {tokens:,} tokens)",
                  batch * tokens * m.depth * (6 * m.width + m.mlp_dim + m.heads * tokens) * FLOAT,
-                 ("task.schedule.batch_size", "task.model.mlp_dim", "task.model.width", "task.data.size"), host=False)]
+                 ("task.schedule.batch_size", "task.model.mlp_dim", "task.model.width",
+                  "task.model.image_size" if given else "task.data.size"), host=False)]
 
 
 def face_reid_needs(name: str, cfg: Any, images: int = 0) -> list[Need]:

@@ -204,11 +204,50 @@ def test_tune_searches_the_training_method_unless_it_is_fixed():
     assert cfg.overrides["task"] == {"training.epsilon": 4.0, "training.clipping": "per_layer"}
 
 
-def test_your_own_class_folders_train_a_dp_vit(tmp_path):
+def test_your_own_class_folders_are_released_at_their_size_and_every_model_sees_the_vit_input(tmp_path, monkeypatch):
+    """48x40 images: released at 48x40; the target, the references and the canary runs train and answer at 32x32."""
+    import tasks.dp_vit as dp_vit
     from tests.unit.test_folder_images import write_tree
 
-    root = write_tree(tmp_path / "objects", classes=4, per_class=30, extra_small=False)
+    trained, queried, released = [], [], []
+
+    def spy(real, record, *shape_of):
+        def call(*args, **kwargs):
+            record.append(tuple(args[1].shape[1:]) + tuple(kwargs.get(k) is not None for k in shape_of))
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(dp_vit, "train_private", spy(dp_vit.train_private, trained, "canaries"))
+    monkeypatch.setattr(dp_vit, "predict_proba", spy(dp_vit.predict_proba, queried))
+    monkeypatch.setattr(dp_vit, "per_example_loss", spy(dp_vit.per_example_loss, queried))
+    evaluate = dp_vit.DpVit.evaluate
+    monkeypatch.setattr(dp_vit.DpVit, "evaluate", lambda self, clean, rel, ctx: (
+        released.append(tuple(rel.splits["train"].images.shape[1:])), evaluate(self, clean, rel, ctx))[1])
+    root = write_tree(tmp_path / "objects", classes=4, per_class=30, extra_small=False, size=(48, 40))
     code, out, err = bench("run", "--mechanism", "pixelate", "--param", "block=4", "--task", "dp_vit_folder",
-                           "--profile", "smoke", "--set", f"task.data.root={root}", "--results-dir", str(tmp_path / "r"))
+                           "--profile", "smoke", "--set", f"task.data.root={root}", "--results-dir", str(tmp_path / "r"),
+                           "--cache-dir", str(tmp_path / "cache"))
     assert code == 0, err[-3000:]
     assert "training claim: DP-SGD(flat, ε=3)" in out and "attack.membership.rmia.auc" in out
+    assert "images: native 48x40 (median) -> released 48x40, 3 channels" in out and "-> model input 32x32" in out
+    assert released == [(3, 48, 40)]
+    # the target, the non-private reference, the adversary's reference models and two gradient-canary runs
+    assert len(trained) >= 5 and {t[:3] for t in trained} == {(3, 32, 32)} and sum(t[3] for t in trained) == 2
+    assert queried and set(queried) == {(3, 32, 32)}
+
+
+@pytest.mark.parametrize("settings, words", [
+    (["task.model.image_size=36"], "patch_size=8 must divide the image size 36"),
+    (["task.model.image_size=48x40"], "'model.image_size' expects int"),
+    (["task.model.image_size=1024"], "'model.image_size' must be in [8, 512]"),
+    (["task.model.image_size=none", "task.data.size=48x40"], "the ViT takes square inputs"),
+])
+def test_a_bad_vit_input_side_is_one_line_before_any_work(tmp_path, settings, words):
+    from tests.unit.test_folder_images import write_tree
+
+    root = write_tree(tmp_path / "objects", classes=2, per_class=8, extra_small=False, size=(48, 40))
+    sets = [arg for s in [f"task.data.root={root}", *settings] for arg in ("--set", s)]
+    code, _, err = bench("run", "--mechanism", "identity", "--task", "dp_vit_folder", "--profile", "smoke", *sets,
+                         "--results-dir", str(tmp_path / "r"))
+    assert code == 2 and words in err and err.strip().count("\n") == 0, err
+    assert not (tmp_path / "r").exists()

@@ -81,6 +81,19 @@ def test_build_vit_names_the_bad_setting():
         build_vit(16, 8, 1, 18, 4, 32, 4)
 
 
+def test_vit_inputs_are_the_tasks_network_resize_in_uint8_and_leave_inputs_at_size_alone():
+    from bench.nn.images import to_input
+    from bench.nn.vit import vit_inputs
+
+    images = torch.randint(0, 256, (5, 3, 48, 40), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    resized = vit_inputs(images, 32, batch=2)  # chunks of 2: the same as at once
+    assert resized.dtype == torch.uint8 and resized.shape == (5, 3, 32, 32)
+    want = to_input(images, 32, torch.device("cpu"))  # [-1, 1], what the other tasks' networks see
+    assert (resized.float() / 127.5 - 1 - want).abs().max() <= 0.5 / 127.5 + 1e-6  # rounded to the nearest level
+    assert torch.equal(resized, vit_inputs(images, 32, batch=512))
+    assert vit_inputs(resized, 32) is resized and vit_inputs(images[:, :, :32, :32], 32).data_ptr() == images.data_ptr()
+
+
 def test_greyscale_images_are_repeated_to_rgb():
     torch.manual_seed(0)
     model = tiny_vit().eval()

@@ -10,13 +10,14 @@ from bench.data.loaders.folder_images import SPLITS, FolderImages, allocate, par
 from bench.errors import BenchError
 
 
-def write_tree(root, classes=3, per_class=10, extra_small=True):
+def write_tree(root, classes=3, per_class=10, extra_small=True, size=(12, 12)):
+    """Writes random RGB PNGs of ``size`` (height, width) in ``classes`` folders (and a one-image class)."""
     rng = np.random.default_rng(0)
     for c in range(classes):
         folder = root / f"class_{c}"
         folder.mkdir(parents=True)
         for i in range(per_class):
-            pixels = rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)
+            pixels = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(folder / f"{i:03d}.png")
     if extra_small:
         (root / "tiny").mkdir()
@@ -42,9 +43,12 @@ def test_every_class_is_in_every_split_and_no_image_is_in_two(tree, tmp_path):
     assert again.fingerprint == splits.fingerprint
 
 
-def test_inspect_reads_no_image_and_agrees_with_load(tree, tmp_path):
+def test_inspect_decodes_no_image_and_agrees_with_load(tree, tmp_path):
     shape = FolderImages().inspect(None, {"root": str(tree)})
     assert {s: shape[s].images for s in SPLITS} == {"train": 12, "val": 3, "test": 6, "population": 9}
+    assert {shape[s].stored for s in SPLITS} == {(12, 12)}  # from the headers: the memory bound's stored size
+    loaded = FolderImages().load(None, {"root": str(tree)}, tmp_path)
+    assert {tuple(loaded[s].images.shape[-2:]) for s in SPLITS} == {(12, 12)}  # stored at their own size
 
 
 @pytest.mark.parametrize("options, words", [

@@ -7,11 +7,16 @@ and splits every class's images, by a seeded permutation per class, into ``train
 model's training records), ``val``, ``test`` and ``population`` (data the membership
 adversary trains its reference models on, disjoint from every training record), in the
 proportions of ``image_fractions``.
+
+Images are stored as ``folder`` stores them: at their own (smallest common) size, so the
+mechanism runs on the user's pixels; the DP ViT resizes them to its input after the release
+(``task.model.image_size``), and a ``size`` the user sets is the most they are stored at.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -29,7 +34,7 @@ from bench.randomness.seeding import make_generator
 SPLITS = ("train", "val", "test", "population")
 DEFAULTS: dict[str, Any] = {
     "root": None, **{k: v for k, v in COMMON_DEFAULTS.items() if k not in ("split_fractions", *CLASS_SPLIT_ONLY)},
-    "size": 32, "min_images": 4, "image_fractions": (0.4, 0.1, 0.2, 0.3),
+    "min_images": 4, "image_fractions": (0.4, 0.1, 0.2, 0.3),
 }
 
 
@@ -55,7 +60,8 @@ class FolderImages(Folder):
 
     Options:
         root: The tree (required).
-        size: Stored side, or [height, width] (default 32).
+        size: Most stored side, or [height, width] (default: none, the images' own
+            smallest common size; smaller images are never upscaled).
         min_images: Classes with fewer images are left out (default 4: one per split).
         image_fractions: Train / val / test / population fractions of each class's images
             (default 0.4, 0.1, 0.2, 0.3).
@@ -66,15 +72,17 @@ class FolderImages(Folder):
             channel; true or false overrides).
     """
 
-    own_size = False  # the DP ViT is built for the stored size (task.data.size); smaller images are upscaled
     layout = ("ROOT/<class>/<image> (any format PIL reads; set ROOT with --set task.data.root=DIR), optional "
               "ROOT/attributes.csv and ROOT/boxes.csv as for 'folder'")
     description = "any class-per-folder tree of images, split by image (same classes in every split)"
 
     def inspect(self, root: Path | None, options: Mapping[str, Any]) -> DataShape:
-        """Lists the tree (no image is opened); returns the splits' shapes."""
-        sel = self._selection(self._index(root, options))
-        return {s: SplitShape.of_labels([lab for lab, sp in zip(sel.labels, sel.split_of) if sp == s]) for s in SPLITS}
+        """Lists the tree and reads the images' headers (no pixels); returns the splits' shapes and stored size."""
+        index = self._index(root, options)
+        sel = self._selection(index)
+        stored = self._storage(index, sel).size
+        return {s: replace(SplitShape.of_labels([lab for lab, sp in zip(sel.labels, sel.split_of) if sp == s]),
+                           stored=stored) for s in SPLITS}
 
     def load(self, root: Path | None, options: Mapping[str, Any], cache_dir: Path) -> Splits:
         """Decodes the selected images into the cache once (or reads them from it).
